@@ -1,0 +1,110 @@
+// Package client is the public Go client of the Better Compute API. It wraps
+// the generated Connect clients with what every caller needs: the server's
+// base URL, HTTP/2 (also without TLS, on loopback) and the API token.
+//
+// It depends only on the generated code under gen/, never on internal/.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+)
+
+// Client holds one typed client per API service.
+type Client struct {
+	// System answers what the control plane is and how it runs.
+	System apiv1connect.SystemServiceClient
+
+	baseURL string
+}
+
+// Options tune a Client. The zero value is usable.
+type Options struct {
+	// Token is the API token sent as a bearer credential; empty sends none.
+	Token string
+	// TLSConfig verifies an https server; nil uses the system roots.
+	TLSConfig *tls.Config
+	// Timeout bounds each call; 30s when zero.
+	Timeout time.Duration
+	// HTTPClient replaces the transport entirely (tests, proxies); Token and
+	// Timeout still apply.
+	HTTPClient *http.Client
+}
+
+// New returns a client for the server at baseURL, such as
+// http://127.0.0.1:7400 or https://compute.example.com.
+func New(baseURL string, opts Options) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server address %q is not a URL: use http://HOST:PORT or https://HOST", baseURL)
+	}
+	base := strings.TrimRight(u.String(), "/")
+	hc := opts.HTTPClient
+	if hc == nil {
+		tr := &http.Transport{
+			TLSClientConfig:   opts.TLSConfig,
+			ForceAttemptHTTP2: true,
+			Protocols:         new(http.Protocols),
+		}
+		tr.Protocols.SetHTTP1(true)
+		tr.Protocols.SetHTTP2(true)
+		if u.Scheme == "http" {
+			// Speak h2c to a plaintext server, as the control plane does on loopback.
+			tr.Protocols.SetUnencryptedHTTP2(true)
+			tr.Protocols.SetHTTP1(false)
+		}
+		hc = &http.Client{Transport: tr}
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	copts := []connect.ClientOption{connect.WithInterceptors(callOptions{token: opts.Token, timeout: timeout})}
+	return &Client{
+		System:  apiv1connect.NewSystemServiceClient(hc, base, copts...),
+		baseURL: base,
+	}, nil
+}
+
+// BaseURL is the server address the client calls.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// callOptions adds the token and the per-call timeout to every call.
+type callOptions struct {
+	token   string
+	timeout time.Duration
+}
+
+func (o callOptions) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if o.token != "" {
+			req.Header().Set("Authorization", "Bearer "+o.token)
+		}
+		ctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		return next(ctx, req)
+	}
+}
+
+func (o callOptions) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		if o.token != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+o.token)
+		}
+		return conn
+	}
+}
+
+func (o callOptions) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

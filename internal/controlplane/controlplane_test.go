@@ -1,0 +1,265 @@
+package controlplane_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/better-compute/better-compute/client"
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+	"github.com/better-compute/better-compute/internal/controlplane"
+	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/store/storetest"
+)
+
+// server is a control plane running in this test process.
+type server struct {
+	ready controlplane.Ready
+	done  chan error // receives Run's result
+	stop  context.CancelFunc
+}
+
+// start runs the control plane with cfg (on a free loopback port unless cfg
+// says otherwise) and waits until it serves.
+func start(t *testing.T, cfg controlplane.Config) *server {
+	t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	readyc := make(chan controlplane.Ready, 1)
+	cfg.OnReady = func(r controlplane.Ready) error { readyc <- r; return nil }
+	s := &server{done: make(chan error, 1), stop: cancel}
+	go func() { s.done <- controlplane.Run(ctx, cfg) }()
+	select {
+	case s.ready = <-readyc:
+	case err := <-s.done:
+		cancel()
+		t.Fatalf("server did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("server did not start within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(15 * time.Second):
+			t.Error("server did not stop within 15s")
+		}
+	})
+	return s
+}
+
+func get(t *testing.T, hc *http.Client, url string) (int, string) {
+	t.Helper()
+	res, err := hc.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
+func TestServeOnEachEngine(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		s := start(t, controlplane.Config{StoreURL: storetest.URL(t, engine), DataDir: filepath.Join(t.TempDir(), "data")})
+
+		c, err := client.New(s.ready.URL, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.System.GetStatus(context.Background(), connect.NewRequest(&apiv1.GetStatusRequest{}))
+		if err != nil {
+			t.Fatalf("GetStatus: %v", err)
+		}
+		if got := res.Msg.GetEngine(); got != string(engine) {
+			t.Errorf("engine = %q, want %q", got, engine)
+		}
+		if got := int(res.Msg.GetSchemaVersion()); got != store.LatestSchemaVersion() || got < 1 {
+			t.Errorf("schema version = %d, want %d", got, store.LatestSchemaVersion())
+		}
+		if d := time.Since(res.Msg.GetStoreTime().AsTime()); d < -time.Minute || d > time.Minute {
+			t.Errorf("store time is %v away from this clock", d)
+		}
+		if _, err := c.System.GetVersion(context.Background(), connect.NewRequest(&apiv1.GetVersionRequest{})); err != nil {
+			t.Fatalf("GetVersion: %v", err)
+		}
+
+		hc := &http.Client{Timeout: 10 * time.Second}
+		if code, body := get(t, hc, s.ready.URL+"/healthz"); code != 200 || body != "ok\n" {
+			t.Errorf("/healthz = %d %q", code, body)
+		}
+		if code, body := get(t, hc, s.ready.URL+"/readyz"); code != 200 || body != "ready\n" {
+			t.Errorf("/readyz = %d %q", code, body)
+		}
+		code, body := get(t, hc, s.ready.URL+"/metrics")
+		want := `bettercompute_api_requests_total{code="ok",procedure="/bettercompute.api.v1.SystemService/GetStatus"} 1`
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics = %d, missing %s", code, want)
+		}
+
+		s.stop()
+		if err := <-s.done; err != nil {
+			t.Errorf("Run after shutdown = %v, want nil", err)
+		}
+		s.done <- nil // for the cleanup
+	})
+}
+
+func TestServeTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	s := start(t, controlplane.Config{
+		StoreURL:    "sqlite:" + filepath.Join(dir, "bc.db"),
+		TLSCertFile: certFile,
+		TLSKeyFile:  keyFile,
+	})
+	if !strings.HasPrefix(s.ready.URL, "https://") {
+		t.Fatalf("URL = %s, want https", s.ready.URL)
+	}
+	c, err := client.New(s.ready.URL, client.Options{TLSConfig: &tls.Config{RootCAs: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.System.GetStatus(context.Background(), connect.NewRequest(&apiv1.GetStatusRequest{}))
+	if err != nil {
+		t.Fatalf("GetStatus over TLS: %v", err)
+	}
+	if res.Msg.GetEngine() != "sqlite" {
+		t.Errorf("engine = %q", res.Msg.GetEngine())
+	}
+	// TLS 1.2 is refused.
+	conn, err := tls.Dial("tcp", s.ready.Addr.String(), &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS12})
+	if err == nil {
+		conn.Close()
+		t.Error("a TLS 1.2 handshake succeeded; want TLS 1.3 only")
+	}
+}
+
+// TestBadInput checks that each mistake an operator can make fails with one
+// line that names it and the fix, before the server writes anything.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+
+	notSQLite := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(notSQLite, []byte("these are my notes, not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certOnly := filepath.Join(t.TempDir(), "cert.pem")
+
+	tests := []struct {
+		name string
+		cfg  controlplane.Config
+		want string
+	}{
+		{"no store", controlplane.Config{}, "no store given"},
+		{"malformed store URL", controlplane.Config{StoreURL: "mysql://root@localhost/db"}, "unsupported store URL"},
+		{"unreachable postgres", controlplane.Config{StoreURL: "postgres://postgres@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"}, "cannot connect to PostgreSQL"},
+		{"not a sqlite file", controlplane.Config{StoreURL: "sqlite:" + notSQLite}, "is not a SQLite database"},
+		{"port in use", controlplane.Config{Listen: busy.Addr().String()}, "already in use"},
+		{"cert without key", controlplane.Config{TLSCertFile: certOnly}, "needs both --tls-cert and --tls-key"},
+		{"plaintext on all interfaces", controlplane.Config{Listen: "0.0.0.0:0"}, "refusing to serve without TLS"},
+		{"bad listen address", controlplane.Config{Listen: "nonsense"}, "invalid --listen address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := tt.cfg
+			if cfg.StoreURL == "" && tt.name != "no store" {
+				cfg.StoreURL = "sqlite:" + filepath.Join(dir, "data", "bc.db")
+			}
+			if cfg.Listen == "" {
+				cfg.Listen = "127.0.0.1:0"
+			}
+			cfg.DataDir = filepath.Join(dir, "data")
+			cfg.OnReady = func(controlplane.Ready) error {
+				t.Error("server started")
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := controlplane.Run(ctx, cfg)
+			if err == nil {
+				t.Fatal("Run succeeded")
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.want) || strings.Contains(msg, "\n") {
+				t.Errorf("error = %q, want one line containing %q", msg, tt.want)
+			}
+			if tt.name != "not a sqlite file" {
+				if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+					t.Errorf("data dir was written (stat: %v)", err)
+				}
+			}
+		})
+	}
+	got, err := os.ReadFile(notSQLite)
+	if err != nil || string(got) != "these are my notes, not a database\n" {
+		t.Errorf("the non-SQLite file changed: %q, %v", got, err)
+	}
+}
+
+// selfSigned writes a certificate and key for 127.0.0.1 and returns their
+// paths and a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "better-compute test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
