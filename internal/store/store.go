@@ -83,6 +83,8 @@ type Querier interface {
 	ListSettings(ctx context.Context) ([]Setting, error)
 	// DeleteSetting removes a setting; ErrNotFound when absent.
 	DeleteSetting(ctx context.Context, key string) error
+
+	IAMQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.
