@@ -5,9 +5,10 @@
 // It follows River's shape. Every query the control plane runs is one method
 // of Querier, written as SQL in sqlite/queries and postgres/queries, compiled
 // by sqlc once per engine, and wrapped by the engine files (sqlite.go,
-// postgres.go), which turn rows into domain types and errors into ErrNotFound
-// and ErrConflict. The conformance suite (conformance_test.go) runs every
-// method on both engines.
+// postgres.go, and sqlite_iam.go, postgres_iam.go for the identity queries),
+// which turn rows into domain types and errors into ErrNotFound and
+// ErrConflict. The conformance suite (conformance_test.go,
+// iam_conformance_test.go) runs every method on both engines.
 //
 // Adding a query:
 //

@@ -8,6 +8,69 @@ import (
 	"time"
 )
 
+type ApiToken struct {
+	ID          string
+	Tenant      string
+	Principal   string
+	SecretHash  []byte
+	Description string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	LastUsedAt  *time.Time
+	RevokedAt   *time.Time
+}
+
+type AuditEvent struct {
+	ID        int64
+	At        time.Time
+	Tenant    string
+	Principal string
+	Action    string
+	Resource  string
+	Decision  string
+	Policies  []string
+	Reason    string
+	RequestID string
+}
+
+type AuthzEpoch struct {
+	ID    bool
+	Epoch int64
+}
+
+type Group struct {
+	Tenant      string
+	Name        string
+	Description string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+type GroupMember struct {
+	Tenant    string
+	GroupName string
+	Member    string
+}
+
+type Policy struct {
+	Tenant    string
+	Name      string
+	Body      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+type Principal struct {
+	Tenant      string
+	Name        string
+	Kind        string
+	DisplayName string
+	Email       string
+	Description string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
 type SchemaMigration struct {
 	Version   int32
 	Name      string
@@ -18,4 +81,12 @@ type Setting struct {
 	Key       string
 	Value     string
 	UpdatedAt time.Time
+}
+
+type Tenant struct {
+	Name        string
+	DisplayName string
+	Platform    bool
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }

@@ -4,6 +4,73 @@
 
 package sqlitedb
 
+import (
+	"database/sql"
+)
+
+type ApiToken struct {
+	ID          string
+	Tenant      string
+	Principal   string
+	SecretHash  []byte
+	Description string
+	CreatedAt   int64
+	ExpiresAt   int64
+	LastUsedAt  sql.NullInt64
+	RevokedAt   sql.NullInt64
+}
+
+type AuditEvent struct {
+	ID        int64
+	At        int64
+	Tenant    string
+	Principal string
+	Action    string
+	Resource  string
+	Decision  string
+	Policies  string
+	Reason    string
+	RequestID string
+}
+
+type AuthzEpoch struct {
+	ID    int64
+	Epoch int64
+}
+
+type Group struct {
+	Tenant      string
+	Name        string
+	Description string
+	CreatedAt   int64
+	UpdatedAt   int64
+}
+
+type GroupMember struct {
+	Tenant    string
+	GroupName string
+	Member    string
+}
+
+type Policy struct {
+	Tenant    string
+	Name      string
+	Body      string
+	CreatedAt int64
+	UpdatedAt int64
+}
+
+type Principal struct {
+	Tenant      string
+	Name        string
+	Kind        string
+	DisplayName string
+	Email       string
+	Description string
+	CreatedAt   int64
+	UpdatedAt   int64
+}
+
 type SchemaMigration struct {
 	Version   int64
 	Name      string
@@ -14,4 +81,12 @@ type Setting struct {
 	Key       string
 	Value     string
 	UpdatedAt int64
+}
+
+type Tenant struct {
+	Name        string
+	DisplayName string
+	Platform    int64
+	CreatedAt   int64
+	UpdatedAt   int64
 }
