@@ -4,6 +4,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
 )
 
@@ -38,15 +40,26 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	authz := iam.NewAuthorizer(func(ctx context.Context) (iam.Directory, error) {
+		return iam.LoadDirectory(ctx, cfg.Store)
+	}, iam.WithLogger(cfg.Logger))
 	opts := connect.WithInterceptors(
 		newMetricsInterceptor(cfg.Metrics),
 		errorBoundary{logger: cfg.Logger},
-		authorizer{methods: methods},
+		&authorizer{methods: methods, store: cfg.Store, authz: authz, logger: cfg.Logger},
 	)
+	b := base{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle(apiv1connect.NewSystemServiceHandler(&systemService{
 		store:        cfg.Store,
 		started:      cfg.Started,
 		deploymentID: cfg.DeploymentID,
 	}, opts))
+	mux.Handle(apiv1connect.NewTenantServiceHandler(&tenantService{b}, opts))
+	mux.Handle(apiv1connect.NewUserServiceHandler(&userService{principals{base: b, kind: store.PrincipalUser, typ: typeUser, noun: "user"}}, opts))
+	mux.Handle(apiv1connect.NewServiceAccountServiceHandler(&serviceAccountService{principals{base: b, kind: store.PrincipalServiceAccount, typ: typeServiceAccount, noun: "service account"}}, opts))
+	mux.Handle(apiv1connect.NewGroupServiceHandler(&groupService{b}, opts))
+	mux.Handle(apiv1connect.NewTokenServiceHandler(&tokenService{b}, opts))
+	mux.Handle(apiv1connect.NewPolicyServiceHandler(&policyService{b}, opts))
+	mux.Handle(apiv1connect.NewAuditServiceHandler(&auditService{b}, opts))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
@@ -23,6 +24,9 @@ type Method struct {
 	// Authorization is the permission declared by the method's option; nil
 	// when the method declares none, which the server treats as deny.
 	Authorization *apiv1.Authorization
+	// Mutating is true unless the method declares no side effects; every
+	// call of a mutating method leaves an audit event.
+	Mutating bool
 }
 
 // LoadMethods reads every method of every service in the public API package
@@ -41,7 +45,9 @@ func LoadMethods() (map[string]Method, error) {
 					Procedure:  fmt.Sprintf("/%s/%s", sd.FullName(), md.Name()),
 					Descriptor: md,
 				}
-				if opts := md.Options(); opts != nil && proto.HasExtension(opts, apiv1.E_Authorization) {
+				opts, _ := md.Options().(*descriptorpb.MethodOptions)
+				m.Mutating = opts.GetIdempotencyLevel() != descriptorpb.MethodOptions_NO_SIDE_EFFECTS
+				if opts != nil && proto.HasExtension(opts, apiv1.E_Authorization) {
 					m.Authorization, _ = proto.GetExtension(opts, apiv1.E_Authorization).(*apiv1.Authorization)
 				}
 				methods[m.Procedure] = m

@@ -67,6 +67,9 @@ type Ready struct {
 	SchemaVersion int
 	// DeploymentID identifies the store's deployment; stable across restarts.
 	DeploymentID string
+	// AdminTokenFile is where the platform admin's first token was written
+	// (<data-dir>/admin.token, 0600); empty when this process has no data dir.
+	AdminTokenFile string
 }
 
 // Run serves until ctx ends, then shuts down gracefully. Every check that can
@@ -133,6 +136,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
+	adminTokenFile, err := bootstrap(ctx, st, cfg.DataDir, logger)
+	if err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -168,7 +176,7 @@ func Run(ctx context.Context, cfg Config) error {
 			serveErr <- srv.Serve(ln)
 		}
 	}()
-	ready := Ready{URL: scheme + "://" + ln.Addr().String(), Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID}
+	ready := Ready{URL: scheme + "://" + ln.Addr().String(), Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
 	logger.Info("serving", "url", ready.URL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error
 	if cfg.OnReady != nil {

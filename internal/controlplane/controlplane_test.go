@@ -1,6 +1,7 @@
 package controlplane_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,12 +11,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +70,19 @@ func start(t *testing.T, cfg controlplane.Config) *server {
 	return s
 }
 
+// adminToken reads the token the first start wrote for the platform admin.
+func adminToken(t *testing.T, r controlplane.Ready) string {
+	t.Helper()
+	if r.AdminTokenFile == "" {
+		t.Fatal("the server reports no admin token file")
+	}
+	b, err := os.ReadFile(r.AdminTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
 func get(t *testing.T, hc *http.Client, url string) (int, string) {
 	t.Helper()
 	res, err := hc.Get(url)
@@ -83,7 +99,7 @@ func TestServeOnEachEngine(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		s := start(t, controlplane.Config{StoreURL: storetest.URL(t, engine), DataDir: filepath.Join(t.TempDir(), "data")})
 
-		c, err := client.New(s.ready.URL, client.Options{})
+		c, err := client.New(s.ready.URL, client.Options{Token: adminToken(t, s.ready)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,13 +147,14 @@ func TestServeTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t, dir)
 	s := start(t, controlplane.Config{
 		StoreURL:    "sqlite:" + filepath.Join(dir, "bc.db"),
+		DataDir:     filepath.Join(dir, "data"),
 		TLSCertFile: certFile,
 		TLSKeyFile:  keyFile,
 	})
 	if !strings.HasPrefix(s.ready.URL, "https://") {
 		t.Fatalf("URL = %s, want https", s.ready.URL)
 	}
-	c, err := client.New(s.ready.URL, client.Options{TLSConfig: &tls.Config{RootCAs: pool}})
+	c, err := client.New(s.ready.URL, client.Options{Token: adminToken(t, s.ready), TLSConfig: &tls.Config{RootCAs: pool}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +279,69 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+// TestBootstrap: the first start creates the platform admin and writes its
+// token 0600, logging where but never what; a later start on the same store
+// makes no second admin token.
+func TestBootstrap(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		url := storetest.URL(t, engine)
+		dir := t.TempDir()
+		var logs syncBuffer
+		cfg := controlplane.Config{StoreURL: url, DataDir: filepath.Join(dir, "a"), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		s := start(t, cfg)
+		token := adminToken(t, s.ready)
+		fi, err := os.Stat(s.ready.AdminTokenFile)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("admin token file: %v, %v", fi, err)
+		}
+		if !strings.Contains(logs.String(), s.ready.AdminTokenFile) || strings.Contains(logs.String(), token) {
+			t.Errorf("the log must name the token file and never the token:\n%s", logs.String())
+		}
+		s.stop()
+		<-s.done
+		s.done <- nil
+
+		// A second server on the same store, with another data dir, does not
+		// bootstrap again: no new token file, and the first token still works.
+		s2 := start(t, controlplane.Config{StoreURL: url, DataDir: filepath.Join(dir, "b")})
+		if s2.ready.AdminTokenFile != "" {
+			t.Errorf("second start wrote %s", s2.ready.AdminTokenFile)
+		}
+		c, err := client.New(s2.ready.URL, client.Options{Token: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.System.GetStatus(context.Background(), connect.NewRequest(&apiv1.GetStatusRequest{})); err != nil {
+			t.Errorf("the first admin token on the second server: %v", err)
+		}
+		if _, err := c.System.GetStatus(context.Background(), connect.NewRequest(&apiv1.GetStatusRequest{})); err != nil {
+			t.Error(err)
+		}
+		anon, _ := client.New(s2.ready.URL, client.Options{})
+		if _, err := anon.System.GetStatus(context.Background(), connect.NewRequest(&apiv1.GetStatusRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("anonymous GetStatus: %v, want unauthenticated", err)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a server's logger and a test.
+type syncBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

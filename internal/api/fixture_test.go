@@ -1,0 +1,169 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/iam"
+	"github.com/better-compute/better-compute/internal/requestid"
+	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/store/storetest"
+)
+
+// fixture is the API over a real store, with a small world in it:
+//
+//	platform: admin (in admins; platform-admins policy)
+//	acme:     alice (in admins; tenant-admins policy), bob (no groups),
+//	          carl (in staff), gone, service accounts ci and gone-sa,
+//	          groups admins, staff, doomed-group; policies tenant-admins, spare
+//	globex:   carol (in admins), bob; the same policy set
+//	doomed:   a tenant to delete
+type fixture struct {
+	t      *testing.T
+	store  *store.Store
+	url    string
+	tokens map[string]string // "tenant/name" -> token secret
+	// tokenIDs are spare token ids by "tenant/purpose".
+	tokenIDs map[string]string
+}
+
+func newFixture(t *testing.T, engine store.Engine) *fixture {
+	t.Helper()
+	st := storetest.Open(t, engine)
+	mux := http.NewServeMux()
+	if err := api.Mount(mux, api.Config{Store: st, Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(requestid.Middleware(mux))
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, store: st, url: srv.URL, tokens: map[string]string{}, tokenIDs: map[string]string{}}
+
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := func(name string, platform bool) {
+		_, err := st.CreateTenant(ctx, store.Tenant{Name: name, DisplayName: name, Platform: platform})
+		must(err)
+		_, err = st.CreateGroup(ctx, store.Group{Tenant: name, Name: "admins"})
+		must(err)
+		body := iam.TenantAdminsPolicy(name)
+		if platform {
+			body = iam.PlatformAdminsPolicy()
+		}
+		_, err = st.PutPolicy(ctx, store.Policy{Tenant: name, Name: "tenant-admins", Body: body})
+		must(err)
+	}
+	principal := func(tenant, name string, kind store.PrincipalKind, groups ...string) {
+		_, err := st.CreatePrincipal(ctx, store.Principal{Tenant: tenant, Name: name, Kind: kind})
+		must(err)
+		for _, g := range groups {
+			must(st.AddGroupMember(ctx, tenant, g, name))
+		}
+	}
+	tenant("platform", true)
+	tenant("acme", false)
+	tenant("globex", false)
+	tenant("doomed", false)
+	principal("platform", "admin", store.PrincipalUser, "admins")
+	_, err := st.CreateGroup(ctx, store.Group{Tenant: "acme", Name: "staff"})
+	must(err)
+	_, err = st.CreateGroup(ctx, store.Group{Tenant: "acme", Name: "doomed-group"})
+	must(err)
+	principal("acme", "alice", store.PrincipalUser, "admins")
+	principal("acme", "bob", store.PrincipalUser)
+	principal("acme", "carl", store.PrincipalUser, "staff")
+	principal("acme", "gone", store.PrincipalUser)
+	principal("acme", "ci", store.PrincipalServiceAccount)
+	principal("acme", "gone-sa", store.PrincipalServiceAccount)
+	principal("globex", "carol", store.PrincipalUser, "admins")
+	principal("globex", "bob", store.PrincipalUser)
+	_, err = st.PutPolicy(ctx, store.Policy{Tenant: "acme", Name: "spare", Body: iam.TenantAdminsPolicy("acme")})
+	must(err)
+	for _, p := range []string{"platform/admin", "acme/alice", "acme/bob", "globex/carol"} {
+		tn, name, _ := strings.Cut(p, "/")
+		f.tokens[p] = f.newToken(tn, name, time.Hour)
+	}
+	for _, purpose := range []string{"acme/get", "acme/revoke", "globex/get"} {
+		tn, _, _ := strings.Cut(purpose, "/")
+		owner := map[string]string{"acme": "ci", "globex": "bob"}[tn]
+		secret := f.newToken(tn, owner, time.Hour)
+		id, _, err := iam.ParseToken(secret)
+		must(err)
+		f.tokenIDs[purpose] = id
+	}
+	return f
+}
+
+// newToken stores a token for tenant/principal and returns its secret.
+func (f *fixture) newToken(tenant, principal string, ttl time.Duration) string {
+	f.t.Helper()
+	id, secret, hash := iam.NewToken()
+	now, err := f.store.Now(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.store.CreateToken(context.Background(), store.Token{ID: id, Tenant: tenant, Principal: principal, SecretHash: hash, ExpiresAt: now.Add(ttl)}); err != nil {
+		f.t.Fatal(err)
+	}
+	return secret
+}
+
+// result is a call's outcome as the Connect protocol reports it.
+type result struct {
+	code string // "ok" or the Connect code, e.g. "not_found"
+	msg  string
+	body map[string]any
+}
+
+// call makes one unary call with the Connect JSON protocol, as curl would.
+func (f *fixture) call(procedure, token string, req map[string]any) result {
+	f.t.Helper()
+	b, _ := json.Marshal(req)
+	hr, err := http.NewRequest(http.MethodPost, f.url+procedure, bytes.NewReader(b))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		f.t.Fatalf("%s: %v", procedure, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	if res.StatusCode == http.StatusOK {
+		return result{code: "ok", body: body}
+	}
+	code, _ := body["code"].(string)
+	msg, _ := body["message"].(string)
+	if code == "" {
+		code = res.Status
+	}
+	return result{code: code, msg: msg, body: body}
+}
+
+// lastAudit returns the newest audit event.
+func (f *fixture) lastAudit() store.AuditEvent {
+	f.t.Helper()
+	evs, err := f.store.ListAuditEvents(context.Background(), store.AuditFilter{AllTenants: true, Limit: 1})
+	if err != nil || len(evs) == 0 {
+		f.t.Fatalf("no audit event: %v", err)
+	}
+	return evs[0]
+}
