@@ -23,6 +23,21 @@ import (
 type Client struct {
 	// System answers what the control plane is and how it runs.
 	System apiv1connect.SystemServiceClient
+	// Tenants manages tenants: the platform's customers and the platform itself.
+	Tenants apiv1connect.TenantServiceClient
+	// Users manages the people in a tenant.
+	Users apiv1connect.UserServiceClient
+	// ServiceAccounts manages a tenant's non-human principals.
+	ServiceAccounts apiv1connect.ServiceAccountServiceClient
+	// Groups manages groups and their members, which policies grant to.
+	Groups apiv1connect.GroupServiceClient
+	// Tokens creates, lists and revokes API tokens.
+	Tokens apiv1connect.TokenServiceClient
+	// Policies manages a tenant's Cedar policies and checks documents
+	// against the deployment's schema.
+	Policies apiv1connect.PolicyServiceClient
+	// Audit reads the audit log of mutating calls and denials.
+	Audit apiv1connect.AuditServiceClient
 
 	baseURL string
 }
@@ -70,8 +85,15 @@ func New(baseURL string, opts Options) (*Client, error) {
 	}
 	copts := []connect.ClientOption{connect.WithInterceptors(callOptions{token: opts.Token, timeout: timeout})}
 	return &Client{
-		System:  apiv1connect.NewSystemServiceClient(hc, base, copts...),
-		baseURL: base,
+		System:          apiv1connect.NewSystemServiceClient(hc, base, copts...),
+		Tenants:         apiv1connect.NewTenantServiceClient(hc, base, copts...),
+		Users:           apiv1connect.NewUserServiceClient(hc, base, copts...),
+		ServiceAccounts: apiv1connect.NewServiceAccountServiceClient(hc, base, copts...),
+		Groups:          apiv1connect.NewGroupServiceClient(hc, base, copts...),
+		Tokens:          apiv1connect.NewTokenServiceClient(hc, base, copts...),
+		Policies:        apiv1connect.NewPolicyServiceClient(hc, base, copts...),
+		Audit:           apiv1connect.NewAuditServiceClient(hc, base, copts...),
+		baseURL:         base,
 	}, nil
 }
 
@@ -84,6 +106,7 @@ type callOptions struct {
 	timeout time.Duration
 }
 
+// WrapUnary adds the token and the timeout to a unary call.
 func (o callOptions) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if o.token != "" {
@@ -95,6 +118,8 @@ func (o callOptions) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
+// WrapStreamingClient adds the token to a stream; a stream lives as long as
+// its context, so the per-call timeout does not apply.
 func (o callOptions) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
@@ -105,6 +130,7 @@ func (o callOptions) WrapStreamingClient(next connect.StreamingClientFunc) conne
 	}
 }
 
+// WrapStreamingHandler leaves handlers alone: a client only makes calls.
 func (o callOptions) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }

@@ -85,6 +85,13 @@ func newRoot(env Env) *cobra.Command {
 		newDevCommand(g),
 		newVersionCommand(g),
 		newStatusCommand(g),
+		newTenantsCommand(g),
+		newUsersCommand(g),
+		newServiceAccountsCommand(g),
+		newGroupsCommand(g),
+		newTokensCommand(g),
+		newPoliciesCommand(g),
+		newAuditCommand(g),
 	)
 	return root
 }
@@ -156,8 +163,6 @@ func callError(c *client.Client, err error) error {
 	if errors.As(err, &ce) {
 		msg := strings.ReplaceAll(ce.Message(), "\n", " ")
 		switch ce.Code() {
-		case connect.CodeUnauthenticated:
-			return fmt.Errorf("unauthenticated: %s; check your token (BETTER_COMPUTE_TOKEN or the context's token)", msg)
 		case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
 			return fmt.Errorf("the server at %s did not answer (%s): %s", c.BaseURL(), ce.Code(), msg)
 		}

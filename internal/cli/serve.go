@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -119,7 +121,17 @@ func (g *globals) devReady(w io.Writer, dataDir string, r controlplane.Ready) er
 	if err != nil {
 		return err
 	}
-	conf.Upsert(Context{Name: devContext, Server: r.URL})
+	// The admin token is the dev user's credential: put it where the CLI
+	// looks, and show it, since dev is for trying things out.
+	var token string
+	if r.AdminTokenFile != "" {
+		b, err := os.ReadFile(r.AdminTokenFile)
+		if err != nil {
+			return fmt.Errorf("read the admin token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	conf.Upsert(Context{Name: devContext, Server: r.URL, Token: token})
 	conf.CurrentContext = devContext
 	if err := conf.Save(path); err != nil {
 		return err
@@ -133,9 +145,11 @@ func (g *globals) devReady(w io.Writer, dataDir string, r controlplane.Ready) er
   store      %s (schema version %d)
   data       %s
   CLI        context %q in %s
+  admin      user admin of tenant platform; token %s
+             (also in %s)
 
 In another terminal: better-compute status
 Stop with Ctrl-C; the data stays for next time.
-`, r.URL, r.Store, r.SchemaVersion, abs, devContext, path)
+`, r.URL, r.Store, r.SchemaVersion, abs, devContext, path, token, r.AdminTokenFile)
 	return err
 }

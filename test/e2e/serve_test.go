@@ -20,6 +20,19 @@ func TestServeReportsItsEngine(t *testing.T) {
 		dataDir := filepath.Join(u.home, "data")
 		s := u.start("serve", "--store", storetest.URL(t, engine), "--listen", "127.0.0.1:0", "--data-dir", dataDir)
 
+		tokenFile := filepath.Join(dataDir, "admin.token")
+		token, err := os.ReadFile(tokenFile)
+		if err != nil {
+			t.Fatalf("the first start wrote no admin token: %v", err)
+		}
+		if fi, _ := os.Stat(tokenFile); fi.Mode().Perm() != 0o600 {
+			t.Errorf("admin.token mode %v, want 0600", fi.Mode().Perm())
+		}
+		if out := s.output.String(); !strings.Contains(out, tokenFile) || strings.Contains(out, strings.TrimSpace(string(token))) {
+			t.Errorf("the log must say where the admin token is and never what it is:\n%s", out)
+		}
+		u.env = append(u.env, "BETTER_COMPUTE_TOKEN="+strings.TrimSpace(string(token)))
+
 		got := u.statusJSON("--server", s.url)
 		if got["engine"] != string(engine) {
 			t.Errorf("engine = %v, want %q", got["engine"], engine)
