@@ -86,6 +86,7 @@ type Querier interface {
 	DeleteSetting(ctx context.Context, key string) error
 
 	IAMQuerier
+	NodeQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.
