@@ -183,6 +183,11 @@ func (p pgQuerier) UpdateTenant(ctx context.Context, name, displayName string) (
 
 func (p pgQuerier) DeleteTenant(ctx context.Context, name string) error {
 	n, err := p.q.DeleteTenant(ctx, name)
+	// Everything else of a tenant goes with it (ON DELETE CASCADE) but its
+	// nodes, which refuse the delete (RESTRICT).
+	if pgTenantHasNodes(err) {
+		return fmt.Errorf("store: delete tenant %q: it still has nodes; delete them first: %w", name, ErrConflict)
+	}
 	return pgAffected(n, err, "delete tenant %q", name)
 }
 

@@ -193,6 +193,12 @@ func (s sqliteQuerier) UpdateTenant(ctx context.Context, name, displayName strin
 
 func (s sqliteQuerier) DeleteTenant(ctx context.Context, name string) error {
 	n, err := s.q.DeleteTenant(ctx, name)
+	// Everything else of a tenant goes with it (ON DELETE CASCADE) but its
+	// nodes, which refuse the delete (RESTRICT): that is the only foreign key
+	// a tenant delete can fail.
+	if sqliteForeignKey(err) {
+		return fmt.Errorf("store: delete tenant %q: it still has nodes; delete them first: %w", name, ErrConflict)
+	}
 	return sqliteAffected(n, err, "delete tenant %q", name)
 }
 

@@ -5,10 +5,11 @@
 // It follows River's shape. Every query the control plane runs is one method
 // of Querier, written as SQL in sqlite/queries and postgres/queries, compiled
 // by sqlc once per engine, and wrapped by the engine files (sqlite.go,
-// postgres.go, and sqlite_iam.go, postgres_iam.go for the identity queries),
-// which turn rows into domain types and errors into ErrNotFound and
-// ErrConflict. The conformance suite (conformance_test.go,
-// iam_conformance_test.go) runs every method on both engines.
+// postgres.go; sqlite_iam.go, postgres_iam.go for the identity queries;
+// sqlite_nodes.go, postgres_nodes.go for the node queries), which turn rows
+// into domain types and errors into ErrNotFound and ErrConflict. The
+// conformance suite (conformance_test.go, iam_conformance_test.go,
+// nodes_conformance_test.go) runs every method on both engines.
 //
 // Adding a query:
 //

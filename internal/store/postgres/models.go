@@ -52,6 +52,72 @@ type GroupMember struct {
 	Member    string
 }
 
+type JoinToken struct {
+	ID          string
+	Tenant      string
+	Pool        string
+	SecretHash  []byte
+	MaxUses     int64
+	Uses        int64
+	Labels      []byte
+	Description string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	RevokedAt   *time.Time
+}
+
+type Node struct {
+	ID             string
+	Tenant         string
+	Pool           string
+	Hostname       string
+	MachineID      string
+	State          string
+	Labels         []byte
+	BcdVersion     string
+	CertSerial     string
+	CertPublicKey  []byte
+	CertNotAfter   time.Time
+	SessionEpoch   int64
+	BootID         string
+	SpecGeneration int64
+	Conditions     []byte
+	LastSeenAt     *time.Time
+	CreatedAt      time.Time
+	RevokedAt      *time.Time
+}
+
+type NodeCommand struct {
+	ID             string
+	NodeID         string
+	Kind           string
+	Args           []byte
+	IdempotencyKey string
+	State          string
+	Output         string
+	Error          string
+	SessionEpoch   int64
+	CreatedAt      time.Time
+	Deadline       time.Time
+	SentAt         *time.Time
+	FinishedAt     *time.Time
+}
+
+type NodeInventory struct {
+	NodeID    string
+	Name      string
+	Hash      []byte
+	Content   []byte
+	UpdatedAt time.Time
+}
+
+type PkiCa struct {
+	Name         string
+	CertDer      []byte
+	KeyEncrypted []byte
+	CreatedAt    time.Time
+}
+
 type Policy struct {
 	Tenant    string
 	Name      string

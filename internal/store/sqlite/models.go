@@ -52,6 +52,72 @@ type GroupMember struct {
 	Member    string
 }
 
+type JoinToken struct {
+	ID          string
+	Tenant      string
+	Pool        string
+	SecretHash  []byte
+	MaxUses     int64
+	Uses        int64
+	Labels      string
+	Description string
+	CreatedAt   int64
+	ExpiresAt   int64
+	RevokedAt   sql.NullInt64
+}
+
+type Node struct {
+	ID             string
+	Tenant         string
+	Pool           string
+	Hostname       string
+	MachineID      string
+	State          string
+	Labels         string
+	BcdVersion     string
+	CertSerial     string
+	CertPublicKey  []byte
+	CertNotAfter   int64
+	SessionEpoch   int64
+	BootID         string
+	SpecGeneration int64
+	Conditions     []byte
+	LastSeenAt     sql.NullInt64
+	CreatedAt      int64
+	RevokedAt      sql.NullInt64
+}
+
+type NodeCommand struct {
+	ID             string
+	NodeID         string
+	Kind           string
+	Args           string
+	IdempotencyKey string
+	State          string
+	Output         string
+	Error          string
+	SessionEpoch   int64
+	CreatedAt      int64
+	Deadline       int64
+	SentAt         sql.NullInt64
+	FinishedAt     sql.NullInt64
+}
+
+type NodeInventory struct {
+	NodeID    string
+	Name      string
+	Hash      []byte
+	Content   []byte
+	UpdatedAt int64
+}
+
+type PkiCa struct {
+	Name         string
+	CertDer      []byte
+	KeyEncrypted []byte
+	CreatedAt    int64
+}
+
 type Policy struct {
 	Tenant    string
 	Name      string

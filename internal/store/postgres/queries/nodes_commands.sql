@@ -1,0 +1,54 @@
+-- name: CreateNodeCommand :one
+INSERT INTO node_commands (id, node_id, kind, args, idempotency_key, created_at, deadline)
+VALUES (sqlc.arg(id), sqlc.arg(node_id), sqlc.arg(kind), sqlc.arg(args), sqlc.arg(idempotency_key),
+        clock_timestamp(), sqlc.arg(deadline))
+RETURNING *;
+
+-- name: GetNodeCommand :one
+SELECT * FROM node_commands WHERE id = sqlc.arg(id);
+
+-- name: GetNodeCommandByKey :one
+-- idempotency_key <> '' matches the partial unique index, and never finds
+-- the commands created without a key.
+SELECT * FROM node_commands
+WHERE node_id = sqlc.arg(node_id) AND idempotency_key = sqlc.arg(idempotency_key) AND idempotency_key <> '';
+
+-- name: ListNodeCommands :many
+SELECT * FROM node_commands WHERE node_id = sqlc.arg(node_id)
+ORDER BY created_at DESC, id DESC
+LIMIT sqlc.arg(lim);
+
+-- name: PendingNodeCommands :many
+SELECT * FROM node_commands
+WHERE node_id = sqlc.arg(node_id) AND state = 'queued' AND deadline > clock_timestamp()
+ORDER BY created_at, id
+LIMIT sqlc.arg(lim);
+
+-- name: MarkCommandSent :execrows
+UPDATE node_commands SET state = 'sent', session_epoch = sqlc.arg(session_epoch), sent_at = clock_timestamp()
+WHERE id = sqlc.arg(id) AND state = 'queued';
+
+-- name: FinishCommand :one
+-- A queued command may finish too: the node got it on session
+-- session_epoch even if MarkCommandSent lost the race, so it is recorded as
+-- sent on that session.
+UPDATE node_commands
+SET state = sqlc.arg(state), output = sqlc.arg(output), error = sqlc.arg(error),
+    session_epoch = CASE WHEN state = 'queued' THEN sqlc.arg(session_epoch)::bigint ELSE session_epoch END,
+    sent_at = COALESCE(sent_at, c.now), finished_at = c.now
+FROM (SELECT clock_timestamp() AS now) c
+WHERE id = sqlc.arg(id) AND state IN ('queued', 'sent') AND session_epoch <= sqlc.arg(session_epoch)::bigint
+RETURNING node_commands.*;
+
+-- name: ExpireCommands :many
+UPDATE node_commands
+SET state = 'expired', error = 'its deadline passed before it was sent', finished_at = c.now
+FROM (SELECT clock_timestamp() AS now) c
+WHERE state = 'queued' AND deadline <= c.now
+RETURNING node_commands.*;
+
+-- name: FailInFlightCommands :many
+UPDATE node_commands
+SET state = 'unknown', error = 'the node lost its journal; whether it ran is unknown', finished_at = clock_timestamp()
+WHERE node_id = sqlc.arg(node_id) AND state = 'sent'
+RETURNING *;
