@@ -38,6 +38,10 @@ type Client struct {
 	Policies apiv1connect.PolicyServiceClient
 	// Audit reads the audit log of mutating calls and denials.
 	Audit apiv1connect.AuditServiceClient
+	// Nodes lists, inspects and revokes nodes and sends them commands.
+	Nodes apiv1connect.NodeServiceClient
+	// JoinTokens manages the tokens nodes join with.
+	JoinTokens apiv1connect.JoinTokenServiceClient
 
 	baseURL string
 }
@@ -93,6 +97,8 @@ func New(baseURL string, opts Options) (*Client, error) {
 		Tokens:          apiv1connect.NewTokenServiceClient(hc, base, copts...),
 		Policies:        apiv1connect.NewPolicyServiceClient(hc, base, copts...),
 		Audit:           apiv1connect.NewAuditServiceClient(hc, base, copts...),
+		Nodes:           apiv1connect.NewNodeServiceClient(hc, base, copts...),
+		JoinTokens:      apiv1connect.NewJoinTokenServiceClient(hc, base, copts...),
 		baseURL:         base,
 	}, nil
 }

@@ -29,6 +29,11 @@ type Config struct {
 	Started time.Time
 	// DeploymentID identifies the deployment the store belongs to.
 	DeploymentID string
+	// Sessions is the gateway in this process, told about revocations and
+	// queued commands; nil when none runs here.
+	Sessions Sessions
+	// Nodes describes how nodes join this deployment.
+	Nodes NodeAccess
 }
 
 // Mount registers every service of the public API on mux.
@@ -61,5 +66,7 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	mux.Handle(apiv1connect.NewTokenServiceHandler(&tokenService{b}, opts))
 	mux.Handle(apiv1connect.NewPolicyServiceHandler(&policyService{b}, opts))
 	mux.Handle(apiv1connect.NewAuditServiceHandler(&auditService{b}, opts))
+	mux.Handle(apiv1connect.NewNodeServiceHandler(&nodeService{base: b, sessions: cfg.Sessions}, opts))
+	mux.Handle(apiv1connect.NewJoinTokenServiceHandler(&joinTokenService{base: b, nodes: cfg.Nodes}, opts))
 	return nil
 }

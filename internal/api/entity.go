@@ -14,6 +14,8 @@ const (
 	typeGroup          = "Group"
 	typeToken          = "Token"
 	typePolicy         = "Policy"
+	typeNode           = "Node"
+	typeJoinToken      = "JoinToken"
 )
 
 // resourceFor builds the resource of the given type, tenant and id.

@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/better-compute/better-compute/internal/api"
 	"github.com/better-compute/better-compute/internal/iam"
+	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
@@ -31,20 +34,31 @@ type fixture struct {
 	store  *store.Store
 	url    string
 	tokens map[string]string // "tenant/name" -> token secret
-	// tokenIDs are spare token ids by "tenant/purpose".
+	// tokenIDs are ids of things made for the tests, by "tenant/purpose".
 	tokenIDs map[string]string
+	// authority seals join tokens.
+	authority *pki.Authority
 }
 
 func newFixture(t *testing.T, engine store.Engine) *fixture {
 	t.Helper()
 	st := storetest.Open(t, engine)
+	authority, err := pki.LoadOrCreate(context.Background(), st, filepath.Join(t.TempDir(), "ca.key"), "bc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	if err := api.Mount(mux, api.Config{Store: st, Started: time.Now()}); err != nil {
+	if err := api.Mount(mux, api.Config{Store: st, Started: time.Now(), Nodes: api.NodeAccess{
+		Authority:   authority,
+		GatewayURL:  "https://127.0.0.1:7443",
+		DownloadURL: "http://127.0.0.1:7400/downloads/bcd-linux-amd64",
+		BcdSHA256:   strings.Repeat("0", 64),
+	}}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(requestid.Middleware(mux))
 	t.Cleanup(srv.Close)
-	f := &fixture{t: t, store: st, url: srv.URL, tokens: map[string]string{}, tokenIDs: map[string]string{}}
+	f := &fixture{t: t, store: st, url: srv.URL, tokens: map[string]string{}, tokenIDs: map[string]string{}, authority: authority}
 
 	ctx := context.Background()
 	must := func(err error) {
@@ -77,7 +91,7 @@ func newFixture(t *testing.T, engine store.Engine) *fixture {
 	tenant("globex", false)
 	tenant("doomed", false)
 	principal("platform", "admin", store.PrincipalUser, "admins")
-	_, err := st.CreateGroup(ctx, store.Group{Tenant: "acme", Name: "staff"})
+	_, err = st.CreateGroup(ctx, store.Group{Tenant: "acme", Name: "staff"})
 	must(err)
 	_, err = st.CreateGroup(ctx, store.Group{Tenant: "acme", Name: "doomed-group"})
 	must(err)
@@ -102,6 +116,25 @@ func newFixture(t *testing.T, engine store.Engine) *fixture {
 		id, _, err := iam.ParseToken(secret)
 		must(err)
 		f.tokenIDs[purpose] = id
+	}
+	// Per tenant: node 1 (inspected, gets commands), node 2 (revoked by the
+	// test), node 3 (already revoked, deleted by the test), a command on
+	// node 1 and a join token.
+	for _, tn := range []string{"acme", "globex"} {
+		for i := 1; i <= 3; i++ {
+			id := fmt.Sprintf("n-%s-%d", tn, i)
+			_, err := st.CreateNode(ctx, store.Node{ID: id, Tenant: tn, Hostname: id, CertSerial: "1", CertPublicKey: []byte{1}, CertNotAfter: time.Now().Add(time.Hour)})
+			must(err)
+		}
+		_, err := st.RevokeNode(ctx, fmt.Sprintf("n-%s-3", tn))
+		must(err)
+		c, err := st.CreateNodeCommand(ctx, store.NodeCommand{ID: "c-" + tn, NodeID: "n-" + tn + "-1", Kind: "diag.nvml", Deadline: time.Now().Add(time.Hour)})
+		must(err)
+		f.tokenIDs[tn+"/command"] = c.ID
+		id, _, hash := pki.NewJoinToken(authority.ServingPin())
+		_, err = st.CreateJoinToken(ctx, store.JoinToken{ID: id, Tenant: tn, SecretHash: hash, MaxUses: 1, ExpiresAt: time.Now().Add(time.Hour)})
+		must(err)
+		f.tokenIDs[tn+"/join"] = id
 	}
 	return f
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
 )
@@ -89,6 +90,24 @@ var matrix = map[string]row{
 	"/bettercompute.api.v1.PolicyService/GetSchema": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
 
 	"/bettercompute.api.v1.AuditService/ListAuditEvents": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+
+	"/bettercompute.api.v1.NodeService/ListNodes":   {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.NodeService/GetNode":     {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
+	"/bettercompute.api.v1.NodeService/RevokeNode":  {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-2") }},
+	"/bettercompute.api.v1.NodeService/DeleteNode":  {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-3") }},
+	"/bettercompute.api.v1.NodeService/ExecCommand": {body: func(_ *fixture, t string) map[string]any { return in(t, "nodeId", "n-"+t+"-1", "kind", "diag.nvml") }},
+	"/bettercompute.api.v1.NodeService/GetCommand": {body: func(f *fixture, t string) map[string]any {
+		return in(t, "nodeId", "n-"+t+"-1", "id", f.tokenIDs[t+"/command"])
+	}},
+	"/bettercompute.api.v1.NodeService/ListCommands": {body: func(_ *fixture, t string) map[string]any { return in(t, "nodeId", "n-"+t+"-1") }},
+
+	"/bettercompute.api.v1.JoinTokenService/CreateJoinToken": {body: func(_ *fixture, t string) map[string]any { return in(t, "ttl", "3600s") }},
+	"/bettercompute.api.v1.JoinTokenService/ListJoinTokens":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.JoinTokenService/RevokeJoinToken": {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/join"]) }},
+	"/bettercompute.api.v1.JoinTokenService/GetInstallScript": {body: func(f *fixture, t string) map[string]any {
+		_, token, _ := pki.NewJoinToken(f.authority.ServingPin())
+		return in(t, "joinToken", token)
+	}},
 }
 
 // TestAuthzMatrix calls every method of the API four ways: with no token

@@ -24,10 +24,11 @@ func startAPI(t *testing.T) *cliEnv {
 	readyc := make(chan controlplane.Ready, 1)
 	done := make(chan error, 1)
 	cfg := controlplane.Config{
-		StoreURL: "sqlite:" + filepath.Join(dir, "bc.db"),
-		DataDir:  filepath.Join(dir, "data"),
-		Listen:   "127.0.0.1:0",
-		OnReady:  func(r controlplane.Ready) error { readyc <- r; return nil },
+		GatewayListen: "127.0.0.1:0",
+		StoreURL:      "sqlite:" + filepath.Join(dir, "bc.db"),
+		DataDir:       filepath.Join(dir, "data"),
+		Listen:        "127.0.0.1:0",
+		OnReady:       func(r controlplane.Ready) error { readyc <- r; return nil },
 	}
 	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var ready controlplane.Ready

@@ -92,6 +92,8 @@ func newRoot(env Env) *cobra.Command {
 		newTokensCommand(g),
 		newPoliciesCommand(g),
 		newAuditCommand(g),
+		newNodesCommand(g),
+		newJoinTokensCommand(g),
 	)
 	return root
 }

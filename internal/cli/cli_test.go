@@ -61,7 +61,7 @@ func (e *cliEnv) startDev(t *testing.T) (stop func() error) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Execute(ctx, Env{Args: []string{"dev", "--listen", "127.0.0.1:0", "--log-level", "warn"}, Stdout: &out, Stderr: &out,
+		done <- Execute(ctx, Env{Args: []string{"dev", "--listen", "127.0.0.1:0", "--gateway-listen", "127.0.0.1:0", "--log-level", "warn"}, Stdout: &out, Stderr: &out,
 			Getenv: func(k string) string { return e.vars[k] }})
 	}()
 	deadline := time.After(30 * time.Second)

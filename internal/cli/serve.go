@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,6 +76,11 @@ func newServeCommand(g *globals) *cobra.Command {
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", getenv("BETTER_COMPUTE_TLS_CERT"), "PEM certificate for the API; with --tls-key serves TLS 1.3")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", getenv("BETTER_COMPUTE_TLS_KEY"), "PEM private key for --tls-cert")
 	f.BoolVar(&cfg.AllowPlaintext, "allow-plaintext", false, "serve without TLS on a non-loopback address (only behind a TLS-terminating proxy)")
+	f.StringVar(&cfg.GatewayListen, "gateway-listen", envOr(getenv, "BETTER_COMPUTE_GATEWAY_LISTEN", controlplane.DefaultGatewayListen), "node gateway address: join, renew and node sessions over TLS 1.3 (env BETTER_COMPUTE_GATEWAY_LISTEN)")
+	f.StringSliceVar(&cfg.GatewayAddresses, "gateway-address", nil, "host:port nodes dial, when not the bound address (repeatable)")
+	f.StringVar(&cfg.KeyFile, "key-file", getenv("BETTER_COMPUTE_KEY_FILE"), "the key sealing the CA keys (default <data-dir>/ca.key; env BETTER_COMPUTE_KEY_FILE)")
+	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (renewed at 60%)")
+	f.StringVar(&cfg.BcdBinary, "bcd-binary", getenv("BETTER_COMPUTE_BCD_BINARY"), "the bcd binary served to nodes (default: bcd beside this executable)")
 	logs.register(cmd, getenv)
 	return cmd
 }
@@ -107,6 +113,7 @@ func newDevCommand(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", envOr(getenv, "BETTER_COMPUTE_DATA_DIR", defaultDataDir(getenv)), "where dev keeps its data (env BETTER_COMPUTE_DATA_DIR)")
 	f.StringVar(&cfg.Listen, "listen", envOr(getenv, "BETTER_COMPUTE_LISTEN", controlplane.DefaultListen), "API address (env BETTER_COMPUTE_LISTEN)")
+	f.StringVar(&cfg.GatewayListen, "gateway-listen", envOr(getenv, "BETTER_COMPUTE_GATEWAY_LISTEN", controlplane.DefaultGatewayListen), "node gateway address (env BETTER_COMPUTE_GATEWAY_LISTEN)")
 	logs.register(cmd, getenv)
 	return cmd
 }

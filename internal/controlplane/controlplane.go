@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/gateway"
+	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +28,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// DefaultListen is where the server listens unless told otherwise.
+// DefaultListen is where the API listens unless told otherwise.
 const DefaultListen = "127.0.0.1:7400"
+
+// DefaultGatewayListen is where the node gateway listens unless told otherwise.
+const DefaultGatewayListen = "127.0.0.1:7443"
 
 // Config is everything one server process needs. Zero values take the
 // defaults noted on each field.
@@ -50,6 +55,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Store tunes the store; its Logger defaults to Logger.
 	Store store.Options
+	// GatewayListen is the node gateway's address (TLS 1.3: join, renew and
+	// node sessions); DefaultGatewayListen when empty.
+	GatewayListen string
+	// GatewayAddresses are the host:port addresses nodes dial, as told in
+	// join answers; the bound address when empty (the host name when bound
+	// to all interfaces).
+	GatewayAddresses []string
+	// KeyFile holds the key that seals the CAs' private keys; <DataDir>/ca.key
+	// when empty. Keep it out of the store's backups.
+	KeyFile string
+	// NodeCertTTL is the node certificates' lifetime; 24h when zero.
+	NodeCertTTL time.Duration
+	// HeartbeatInterval is the node sessions' heartbeat; 5s when zero.
+	HeartbeatInterval time.Duration
+	// BcdBinary is the bcd served to nodes at /downloads; bcd beside this
+	// executable when empty (none when there is no such file).
+	BcdBinary string
 	// OnReady, when set, is called once, when the server accepts calls; an
 	// error from it shuts the server down and is returned by Run.
 	OnReady func(Ready) error
@@ -70,6 +92,8 @@ type Ready struct {
 	// AdminTokenFile is where the platform admin's first token was written
 	// (<data-dir>/admin.token, 0600); empty when this process has no data dir.
 	AdminTokenFile string
+	// GatewayURL is what `bcd join --server` takes: https://host:port.
+	GatewayURL string
 }
 
 // Run serves until ctx ends, then shuts down gracefully. Every check that can
@@ -99,11 +123,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if tlsConfig == nil && !cfg.AllowPlaintext && !isLoopback(addr) {
 		return fmt.Errorf("refusing to serve without TLS on %s: give --tls-cert and --tls-key, listen on 127.0.0.1, or pass --allow-plaintext behind a TLS proxy", addr)
 	}
-	ln, err := listen(ctx, addr)
+	ln, err := listen(ctx, addr, "--listen")
 	if err != nil {
 		return err
 	}
 	defer ln.Close() // after a successful Serve this is a harmless double close
+	gwAddr, err := reservePort(ctx, cmp.Or(cfg.GatewayListen, DefaultGatewayListen))
+	if err != nil {
+		return err
+	}
 
 	// A SQLite store inside the data dir (as with dev) needs the dir first;
 	// otherwise the dir waits until the store is known good, so that a bad
@@ -143,8 +171,49 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	keyFile := cfg.KeyFile
+	if keyFile == "" {
+		if cfg.DataDir == "" {
+			return errors.New("the CA keys need a place: pass --data-dir or BETTER_COMPUTE_KEY_FILE")
+		}
+		keyFile = filepath.Join(cfg.DataDir, "ca.key")
+	}
+	authority, err := pki.LoadOrCreate(ctx, st, keyFile, "bc-"+strings.ToLower(deploymentID))
+	if err != nil {
+		return err
+	}
+	gwAddrs := cfg.GatewayAddresses
+	if len(gwAddrs) == 0 {
+		gwAddrs = []string{advertised(gwAddr)}
+	}
+	join := gateway.NewJoinService(gateway.JoinConfig{
+		Store: st, Authority: authority, CertTTL: cfg.NodeCertTTL, GatewayAddresses: gwAddrs,
+		Logger: logger, Metrics: reg,
+	})
+	gw, err := gateway.New(gateway.Config{
+		Store: st, Authority: authority, Join: join, Listen: gwAddr,
+		HeartbeatInterval: cfg.HeartbeatInterval, Logger: logger, Metrics: reg,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := gw.Listen(ctx); err != nil {
+		return err
+	}
+	bcd, err := findBcd(cfg.BcdBinary)
+	if err != nil {
+		return err
+	}
+
 	mux := http.NewServeMux()
-	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID}); err != nil {
+	nodes := api.NodeAccess{Authority: authority, GatewayURL: "https://" + gwAddrs[0]}
+	apiURL := scheme(tlsConfig) + "://" + ln.Addr().String()
+	if bcd != nil {
+		bcd.mount(mux)
+		nodes.DownloadURL, nodes.BcdSHA256 = apiURL+"/downloads/"+bcd.name, bcd.sha256
+	}
+	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes}); err != nil {
 		return err
 	}
 	mountProbes(mux, st, reg)
@@ -159,16 +228,14 @@ func Run(ctx context.Context, cfg Config) error {
 		TLSConfig:         tlsConfig,
 	}
 	srv.Protocols.SetHTTP1(true)
-	scheme := "http"
 	if tlsConfig != nil {
-		scheme = "https"
 		srv.Protocols.SetHTTP2(true)
 	} else {
 		// h2c: gRPC clients need HTTP/2, and on loopback TLS buys nothing.
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() {
 		if tlsConfig != nil {
 			serveErr <- srv.ServeTLS(ln, "", "")
@@ -176,8 +243,17 @@ func Run(ctx context.Context, cfg Config) error {
 			serveErr <- srv.Serve(ln)
 		}
 	}()
-	ready := Ready{URL: scheme + "://" + ln.Addr().String(), Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
-	logger.Info("serving", "url", ready.URL, "store", ready.Store.String(), "schema_version", schema)
+	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	gwDone := make(chan struct{})
+	go func() {
+		defer close(gwDone)
+		if err := gw.Serve(gwCtx); err != nil {
+			serveErr <- fmt.Errorf("gateway: %w", err)
+		}
+	}()
+	defer func() { stopGateway(); <-gwDone }()
+	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
+	logger.Info("serving", "url", ready.URL, "gateway", ready.GatewayURL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error
 	if cfg.OnReady != nil {
 		runErr = cfg.OnReady(ready)
@@ -213,19 +289,56 @@ func loadTLS(certFile, keyFile string) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
 }
 
-func listen(ctx context.Context, addr string) (net.Listener, error) {
+func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	switch {
 	case err == nil:
 		return ln, nil
 	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("listen on %s: the address is already in use; stop the other process or choose another --listen", addr)
+		return nil, fmt.Errorf("listen on %s: the address is already in use; stop the other process or choose another %s", addr, flag)
 	case errors.Is(err, syscall.EACCES):
-		return nil, fmt.Errorf("listen on %s: permission denied; choose a port above 1023 with --listen", addr)
+		return nil, fmt.Errorf("listen on %s: permission denied; choose a port above 1023 with %s", addr, flag)
 	default:
-		return nil, fmt.Errorf("listen on %s: %w; check --listen", addr, err)
+		return nil, fmt.Errorf("listen on %s: %w; check %s", addr, err, flag)
 	}
+}
+
+// scheme is the API's URL scheme.
+func scheme(tlsConfig *tls.Config) string {
+	if tlsConfig != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// reservePort checks that addr can be bound, before anything is written,
+// and returns it with a concrete port (port 0 picks a free one, which the
+// gateway then binds; the moment between is harmless for tests and never
+// arises with a fixed port).
+func reservePort(ctx context.Context, addr string) (string, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("invalid gateway address %q: use HOST:PORT, such as %s", addr, DefaultGatewayListen)
+	}
+	ln, err := listen(ctx, addr, "--gateway-listen")
+	if err != nil {
+		return "", fmt.Errorf("gateway: %w", err)
+	}
+	bound := ln.Addr().String()
+	ln.Close()
+	return bound, nil
+}
+
+// advertised is the address nodes should dial for a bound address: the
+// host name when bound to every interface.
+func advertised(bound string) string {
+	host, port, _ := net.SplitHostPort(bound)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // within reports whether path lies inside dir.

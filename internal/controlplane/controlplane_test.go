@@ -45,6 +45,9 @@ func start(t *testing.T, cfg controlplane.Config) *server {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
+	if cfg.GatewayListen == "" {
+		cfg.GatewayListen = "127.0.0.1:0"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan controlplane.Ready, 1)
 	cfg.OnReady = func(r controlplane.Ready) error { readyc <- r; return nil }
@@ -214,6 +217,7 @@ func TestBadInput(t *testing.T) {
 			if cfg.Listen == "" {
 				cfg.Listen = "127.0.0.1:0"
 			}
+			cfg.GatewayListen = "127.0.0.1:0"
 			cfg.DataDir = filepath.Join(dir, "data")
 			cfg.OnReady = func(controlplane.Ready) error {
 				t.Error("server started")
@@ -307,7 +311,8 @@ func TestBootstrap(t *testing.T) {
 
 		// A second server on the same store, with another data dir, does not
 		// bootstrap again: no new token file, and the first token still works.
-		s2 := start(t, controlplane.Config{StoreURL: url, DataDir: filepath.Join(dir, "b")})
+		// Servers sharing a store share the key that seals the CA keys.
+		s2 := start(t, controlplane.Config{StoreURL: url, DataDir: filepath.Join(dir, "b"), KeyFile: filepath.Join(dir, "a", "ca.key")})
 		if s2.ready.AdminTokenFile != "" {
 			t.Errorf("second start wrote %s", s2.ready.AdminTokenFile)
 		}

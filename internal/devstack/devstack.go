@@ -23,6 +23,9 @@ type Config struct {
 	DataDir string
 	// Listen is the API address; controlplane.DefaultListen when empty.
 	Listen string
+	// GatewayListen is the node gateway's address;
+	// controlplane.DefaultGatewayListen when empty.
+	GatewayListen string
 	// Logger receives the stack's logs; nil discards them.
 	Logger *slog.Logger
 	// OnReady is called once the stack serves; see controlplane.Config.
@@ -35,10 +38,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("dev: no data directory given: pass --data-dir")
 	}
 	return controlplane.Run(ctx, controlplane.Config{
-		StoreURL: "sqlite:" + filepath.Join(cfg.DataDir, StoreFile),
-		Listen:   cfg.Listen,
-		DataDir:  cfg.DataDir,
-		Logger:   cfg.Logger,
-		OnReady:  cfg.OnReady,
+		StoreURL:      "sqlite:" + filepath.Join(cfg.DataDir, StoreFile),
+		Listen:        cfg.Listen,
+		GatewayListen: cfg.GatewayListen,
+		DataDir:       cfg.DataDir,
+		Logger:        cfg.Logger,
+		OnReady:       cfg.OnReady,
 	})
 }

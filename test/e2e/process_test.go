@@ -25,7 +25,9 @@ type user struct {
 func newUser(t *testing.T) *user {
 	home := t.TempDir()
 	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"), "PATH=" + os.Getenv("PATH")}
+		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"), "PATH=" + os.Getenv("PATH"),
+		// Tests run side by side: each server takes a free gateway port.
+		"BETTER_COMPUTE_GATEWAY_LISTEN=127.0.0.1:0"}
 	return &user{t: t, home: home, env: env}
 }
 
