@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -276,11 +277,18 @@ func nodeProto(n store.Node, sections []store.InventorySection) (*apiv1.Node, er
 		SpecGeneration:        n.SpecGeneration,
 	}
 	if len(n.Conditions) > 0 {
-		var report agentv1.StatusReport
-		if err := protojson.Unmarshal(n.Conditions, &report); err != nil {
+		// The gateway stores conditions as a JSON array of protojson objects.
+		var raw []json.RawMessage
+		if err := json.Unmarshal(n.Conditions, &raw); err != nil {
 			return nil, fmt.Errorf("node %s conditions: %w", n.ID, err)
 		}
-		p.Conditions = report.GetConditions()
+		for _, r := range raw {
+			c := &agentv1.Condition{}
+			if err := protojson.Unmarshal(r, c); err != nil {
+				return nil, fmt.Errorf("node %s conditions: %w", n.ID, err)
+			}
+			p.Conditions = append(p.Conditions, c)
+		}
 	}
 	if len(sections) > 0 {
 		secs := make([]*agentv1.InventorySection, len(sections))

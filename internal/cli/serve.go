@@ -80,6 +80,7 @@ func newServeCommand(g *globals) *cobra.Command {
 	f.StringSliceVar(&cfg.GatewayAddresses, "gateway-address", nil, "host:port nodes dial, when not the bound address (repeatable)")
 	f.StringVar(&cfg.KeyFile, "key-file", getenv("BETTER_COMPUTE_KEY_FILE"), "the key sealing the CA keys (default <data-dir>/ca.key; env BETTER_COMPUTE_KEY_FILE)")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (renewed at 60%)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "node session heartbeat; a node silent for 3 intervals is unreachable")
 	f.StringVar(&cfg.BcdBinary, "bcd-binary", getenv("BETTER_COMPUTE_BCD_BINARY"), "the bcd binary served to nodes (default: bcd beside this executable)")
 	logs.register(cmd, getenv)
 	return cmd
@@ -105,7 +106,7 @@ func newDevCommand(g *globals) *cobra.Command {
 			}
 			cfg.Logger = logger
 			cfg.OnReady = func(r controlplane.Ready) error {
-				return g.devReady(cmd.OutOrStdout(), cfg.DataDir, r)
+				return g.devReady(cmd.OutOrStdout(), cfg.DataDir, cfg.Nodes, cfg.GPUs, r)
 			}
 			return devstack.Run(cmd.Context(), cfg)
 		},
@@ -114,6 +115,8 @@ func newDevCommand(g *globals) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", envOr(getenv, "BETTER_COMPUTE_DATA_DIR", defaultDataDir(getenv)), "where dev keeps its data (env BETTER_COMPUTE_DATA_DIR)")
 	f.StringVar(&cfg.Listen, "listen", envOr(getenv, "BETTER_COMPUTE_LISTEN", controlplane.DefaultListen), "API address (env BETTER_COMPUTE_LISTEN)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", envOr(getenv, "BETTER_COMPUTE_GATEWAY_LISTEN", controlplane.DefaultGatewayListen), "node gateway address (env BETTER_COMPUTE_GATEWAY_LISTEN)")
+	f.IntVar(&cfg.Nodes, "nodes", 3, "how many simulated nodes (real bcd agents on fake hardware) to run")
+	f.IntVar(&cfg.GPUs, "gpus", 8, "fake GPUs per simulated node")
 	logs.register(cmd, getenv)
 	return cmd
 }
@@ -122,7 +125,7 @@ func newDevCommand(g *globals) *cobra.Command {
 const devContext = "dev"
 
 // devReady points the CLI at the dev server and tells the user what runs where.
-func (g *globals) devReady(w io.Writer, dataDir string, r controlplane.Ready) error {
+func (g *globals) devReady(w io.Writer, dataDir string, nodes, gpus int, r controlplane.Ready) error {
 	path := g.configFile()
 	conf, err := LoadConfig(path)
 	if err != nil {
@@ -154,9 +157,11 @@ func (g *globals) devReady(w io.Writer, dataDir string, r controlplane.Ready) er
   CLI        context %q in %s
   admin      user admin of tenant platform; token %s
              (also in %s)
+  gateway    %s (bcd join --server)
+  nodes      %d simulated, %d fake GPUs each (better-compute nodes list)
 
 In another terminal: better-compute status
 Stop with Ctrl-C; the data stays for next time.
-`, r.URL, r.Store, r.SchemaVersion, abs, devContext, path, token, r.AdminTokenFile)
+`, r.URL, r.Store, r.SchemaVersion, abs, devContext, path, token, r.AdminTokenFile, r.GatewayURL, nodes, gpus)
 	return err
 }

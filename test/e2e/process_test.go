@@ -90,7 +90,10 @@ type server struct {
 	done   chan struct{} // closed when the process has exited
 }
 
-var servingURL = regexp.MustCompile(`msg=serving url=(\S+)`)
+var (
+	servingURL = regexp.MustCompile(`msg=serving url=(\S+)`)
+	gatewayURL = regexp.MustCompile(`msg=serving url=\S+ gateway=(\S+)`)
+)
 
 // start runs better-compute with args (serve or dev) and waits until it
 // logs that it serves.
@@ -136,7 +139,7 @@ func (s *server) stop(sig syscall.Signal) {
 	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
 		s.t.Errorf("server exited %d after %v:\n%s", code, sig, s.output.String())
 	}
-	if !strings.Contains(s.output.String(), "msg=stopped") {
+	if s.cmd.Path == binaries.betterCompute && !strings.Contains(s.output.String(), "msg=stopped") {
 		s.t.Errorf("server did not log a graceful stop:\n%s", s.output.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
@@ -62,6 +63,18 @@ func TestDevThenStatus(t *testing.T) {
 	}
 	if !strings.Contains(s.output.String(), "In another terminal: better-compute status") {
 		t.Errorf("dev printed no summary:\n%s", s.output.String())
+	}
+	// A newcomer sees nodes at once: three simulated bcd agents join.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := u.run("nodes", "list")
+		if strings.Count(out, " ready ") == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev's simulated nodes are not ready:\n%s\n%s", out, tail(s.output.String(), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	s.stop(syscall.SIGINT)
 
