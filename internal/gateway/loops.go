@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+)
+
+// expireInterval is how often queued commands past their deadline fail.
+const expireInterval = time.Second
+
+// heartbeatLoop is the one ticker of all sessions: each interval it sends
+// every session a heartbeat and ends the sessions silent for
+// SilentIntervals intervals. A shared ticker instead of a read deadline per
+// session keeps timers out of the per-session cost; the price is that a
+// silent session ends between 3 and 4 intervals after its last frame.
+func (g *Gateway) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	var seq uint64
+	var live []*session // reused across ticks
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		seq++
+		// One frame for every session: frames are never changed once
+		// queued, and marshalling only reads them. Its seq increments
+		// per heartbeat on each session, as the protocol asks.
+		hb := &agentv1.Frame{Kind: &agentv1.Frame_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: seq}}}
+		cutoff := time.Now().Add(-SilentIntervals * g.interval).UnixNano()
+		g.mu.Lock()
+		live = slices.AppendSeq(live[:0], maps.Values(g.sessions))
+		g.mu.Unlock()
+		for _, s := range live {
+			if s.lastHeard.Load() < cutoff {
+				g.log.Info("gateway: node silent; ending its session", "node", s.nodeID, "intervals", SilentIntervals)
+				s.mu.Lock()
+				if !s.closing {
+					s.closing, s.closeReason = true, "silent"
+				}
+				s.mu.Unlock()
+				_ = s.conn.Close()
+				continue
+			}
+			s.send(hb)
+		}
+		clear(live) // drop the pointers until the next tick
+	}
+}
+
+// livenessLoop writes the store's side of liveness once per interval: one
+// TouchNodes for every node heard from since the last one, then one
+// MarkUnreachable for the nodes (of any gateway) silent for SilentIntervals
+// intervals by the store's clock.
+func (g *Gateway) livenessLoop(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// The clock is read before the batch is written: a slow write
+		// then cannot make the nodes it just stamped look silent.
+		now, err := g.st.Now(ctx)
+		if err != nil {
+			g.log.Error("gateway: read the store's clock", "err", err)
+			continue
+		}
+		if !g.flushHeard(ctx) {
+			// Our nodes' last-seen times did not advance: marking them
+			// now would blame them for the store's failure.
+			continue
+		}
+		gone, err := g.st.MarkUnreachable(ctx, now.Add(-SilentIntervals*g.interval))
+		if err != nil {
+			g.log.Error("gateway: mark silent nodes unreachable", "err", err)
+			continue
+		}
+		for _, id := range gone {
+			g.log.Info("gateway: node unreachable", "node", id)
+		}
+	}
+}
+
+// flushHeard writes the heard batch with one TouchNodes; on failure the
+// ids go back into the next batch and it reports false.
+func (g *Gateway) flushHeard(ctx context.Context) bool {
+	g.heardMu.Lock()
+	batch := g.heard
+	if len(batch) == 0 {
+		g.heardMu.Unlock()
+		return true
+	}
+	g.heard = make(map[string]struct{}, len(batch))
+	g.heardMu.Unlock()
+
+	ids := slices.Sorted(maps.Keys(batch)) // sorted: a stable lock order for the update
+	back, err := g.st.TouchNodes(ctx, ids)
+	if err != nil {
+		g.log.Error("gateway: record heartbeats", "nodes", len(ids), "err", err)
+		g.heardMu.Lock()
+		maps.Copy(g.heard, batch)
+		g.heardMu.Unlock()
+		return false
+	}
+	for _, id := range back {
+		g.log.Info("gateway: node ready again", "node", id)
+	}
+	return true
+}
+
+// expireLoop fails, every second, the queued commands whose deadline
+// passed by the store's clock: a command for a node that stayed offline.
+func (g *Gateway) expireLoop(ctx context.Context) {
+	t := time.NewTicker(expireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		expired, err := g.st.ExpireCommands(ctx)
+		if err != nil {
+			g.log.Error("gateway: expire commands", "err", err)
+			continue
+		}
+		for _, c := range expired {
+			g.log.Info("gateway: command expired before its node took it", "node", c.NodeID, "command", c.ID, "kind", c.Kind)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/store"
+)
+
+// maxSectionName bounds an inventory section's name.
+const maxSectionName = 32
+
+// storeStatus stores a StatusReport in one transaction: every section
+// that carries content (after checking its hash; a section without content
+// is unchanged and left as stored), and the conditions, which are complete
+// in every report. Nothing is stored when any section is malformed.
+func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.StatusReport) error {
+	var sections []store.InventorySection
+	for _, sec := range r.GetSections() {
+		if !validSectionName(sec.GetName()) {
+			return errProtocol("inventory section name %q: want 1 to %d of a-z, 0-9, '-', '_', '.'", sec.GetName(), maxSectionName)
+		}
+		if len(sec.GetContent()) == 0 {
+			continue
+		}
+		sum := sha256.Sum256(sec.GetContent())
+		if !bytes.Equal(sum[:], sec.GetHash()) {
+			return errProtocol("inventory section %q: the hash is not the SHA-256 of the content", sec.GetName())
+		}
+		sections = append(sections, store.InventorySection{NodeID: s.nodeID, Name: sec.GetName(), Hash: sum[:], Content: sec.GetContent()})
+	}
+	conditions, err := conditionsJSON(r.GetConditions())
+	if err != nil {
+		return errProtocol("conditions: %v", err)
+	}
+	err = g.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+		for _, sec := range sections {
+			if err := q.PutInventorySection(ctx, sec); err != nil {
+				return err
+			}
+		}
+		return q.SetNodeConditions(ctx, s.nodeID, conditions)
+	})
+	if err != nil {
+		return fmt.Errorf("store status report: %w", err)
+	}
+	return nil
+}
+
+// conditionsJSON is how a node's conditions are stored: a JSON array whose
+// elements are agentv1.Condition in protojson form (lowerCamel field
+// names, RFC 3339 times), such as
+// [{"type":"GPUHealthy","ok":true,"message":"","since":"2025-01-02T03:04:05Z"}].
+// The API decodes each element with protojson.Unmarshal.
+func conditionsJSON(conds []*agentv1.Condition) ([]byte, error) {
+	out := []byte{'['}
+	for i, c := range conds {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		b, err := protojson.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+// validSectionName accepts short lowercase names, so that a future section
+// ("pcie", "infiniband") is stored without a gateway change.
+func validSectionName(name string) bool {
+	if name == "" || len(name) > maxSectionName {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
