@@ -96,7 +96,7 @@ func (g *Gateway) dispatch(ctx context.Context, s *session) error {
 
 	var stillRan map[string]struct{} // the ran ids still pending
 	for {
-		cmds, err := g.st.PendingNodeCommands(ctx, s.nodeID, dispatchBatch)
+		cmds, err := g.st.PendingNodeCommands(ctx, s.nodeID, s.epoch, dispatchBatch)
 		if err != nil {
 			return fmt.Errorf("load pending commands: %w", err)
 		}

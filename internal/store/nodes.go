@@ -210,11 +210,14 @@ type NodeQuerier interface {
 	GetNodeCommandByKey(ctx context.Context, nodeID, key string) (NodeCommand, error)
 	// ListNodeCommands returns a node's commands, newest first, at most limit.
 	ListNodeCommands(ctx context.Context, nodeID string, limit int) ([]NodeCommand, error)
-	// PendingNodeCommands returns a node's queued commands whose deadline
-	// has not passed, oldest first, at most limit.
-	PendingNodeCommands(ctx context.Context, nodeID string, limit int) ([]NodeCommand, error)
-	// MarkCommandSent sets a queued command sent on the given epoch;
-	// ErrConflict when it is no longer queued.
+	// PendingNodeCommands returns, oldest first and at most limit, the
+	// node's commands to send on session epoch: queued ones, and ones sent
+	// on an older session that never finished (their frame may have died
+	// with that session; the node runs an id at most once), whose deadline
+	// has not passed.
+	PendingNodeCommands(ctx context.Context, nodeID string, epoch int64, limit int) ([]NodeCommand, error)
+	// MarkCommandSent sets a command sent on the given epoch; ErrConflict
+	// unless it is queued or was sent on an older epoch and never finished.
 	MarkCommandSent(ctx context.Context, id string, epoch int64) error
 	// FinishCommand records a result for a queued or sent command whose
 	// SessionEpoch is at most epoch; ErrConflict when it already finished or

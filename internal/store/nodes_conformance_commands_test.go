@@ -128,23 +128,25 @@ func exerciseCommands(ctx context.Context, t *testing.T, s *store.Store) {
 		}
 	}
 
-	// Pending: queued and not past the deadline, oldest first.
+	// Pending: queued, or sent on an older session and unfinished, and not
+	// past the deadline, oldest first.
 	markSent(ctx, t, s, 1, "c2")
 	for _, tc := range []struct {
+		epoch int64
 		limit int
 		want  string
-	}{{10, "[c1 c3]"}, {1, "[c1]"}} {
-		if got := commandIDs(must(s.PendingNodeCommands(ctx, "n1", tc.limit))(t)); fmt.Sprint(got) != tc.want {
-			t.Errorf("PendingNodeCommands(n1, %d) = %v, want %s", tc.limit, got, tc.want)
+	}{{1, 10, "[c1 c3]"}, {1, 1, "[c1]"}, {2, 10, "[c1 c2 c3]"}} {
+		if got := commandIDs(must(s.PendingNodeCommands(ctx, "n1", tc.epoch, tc.limit))(t)); fmt.Sprint(got) != tc.want {
+			t.Errorf("PendingNodeCommands(n1, epoch %d, %d) = %v, want %s", tc.epoch, tc.limit, got, tc.want)
 		}
 	}
 	// The deadline is by the store's clock.
 	createCommands(ctx, t, s, "n2", 200*time.Millisecond, "brief")
-	if got := commandIDs(must(s.PendingNodeCommands(ctx, "n2", 10))(t)); fmt.Sprint(got) != "[o1 brief]" {
+	if got := commandIDs(must(s.PendingNodeCommands(ctx, "n2", 1, 10))(t)); fmt.Sprint(got) != "[o1 brief]" {
 		t.Errorf("PendingNodeCommands(n2) = %v, want [o1 brief]", got)
 	}
 	time.Sleep(250 * time.Millisecond)
-	if got := commandIDs(must(s.PendingNodeCommands(ctx, "n2", 10))(t)); fmt.Sprint(got) != "[o1]" {
+	if got := commandIDs(must(s.PendingNodeCommands(ctx, "n2", 1, 10))(t)); fmt.Sprint(got) != "[o1]" {
 		t.Errorf("PendingNodeCommands(n2) past brief's deadline = %v, want [o1]", got)
 	}
 
@@ -152,7 +154,7 @@ func exerciseCommands(ctx context.Context, t *testing.T, s *store.Store) {
 		if _, err := s.ListNodeCommands(ctx, "n1", limit); err == nil {
 			t.Errorf("ListNodeCommands(limit %d) = nil error, want one", limit)
 		}
-		if _, err := s.PendingNodeCommands(ctx, "n1", limit); err == nil {
+		if _, err := s.PendingNodeCommands(ctx, "n1", 1, limit); err == nil {
 			t.Errorf("PendingNodeCommands(limit %d) = nil error, want one", limit)
 		}
 	}
@@ -171,7 +173,16 @@ func exerciseCommandResults(ctx context.Context, t *testing.T, s *store.Store) {
 	if sent.State != store.CommandSent || sent.SessionEpoch != 3 || sent.SentAt.Before(before) || !sent.FinishedAt.IsZero() {
 		t.Errorf("after MarkCommandSent GetNodeCommand = %+v, want sent on epoch 3 at or after %v", sent, before)
 	}
-	wantIs(t, "MarkCommandSent(sent)", s.MarkCommandSent(ctx, "c1", 4), store.ErrConflict)
+	wantIs(t, "MarkCommandSent(sent on this epoch)", s.MarkCommandSent(ctx, "c1", 3), store.ErrConflict)
+	wantIs(t, "MarkCommandSent(sent on a later epoch)", s.MarkCommandSent(ctx, "c1", 2), store.ErrConflict)
+	// An unfinished command is resent on a newer session (the old one may
+	// have died with its frame).
+	if err := s.MarkCommandSent(ctx, "c3", 1); err != nil {
+		t.Fatalf("MarkCommandSent(c3, 1): %v", err)
+	}
+	if err := s.MarkCommandSent(ctx, "c3", 2); err != nil {
+		t.Fatalf("MarkCommandSent on a newer epoch: %v", err)
+	}
 	wantIs(t, "MarkCommandSent(missing)", s.MarkCommandSent(ctx, "missing", 4), store.ErrNotFound)
 
 	// A result from a session older than the one it was sent on is refused.
@@ -209,8 +220,8 @@ func exerciseCommandResults(ctx context.Context, t *testing.T, s *store.Store) {
 	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishCommand(expired) = %v, want an error that is neither ErrConflict nor ErrNotFound", err)
 	}
-	if got := must(s.GetNodeCommand(ctx, "c3"))(t); got.State != store.CommandQueued {
-		t.Errorf("after FinishCommand(expired) GetNodeCommand = %+v, want still queued", got)
+	if got := must(s.GetNodeCommand(ctx, "c3"))(t); got.State != store.CommandSent || !got.FinishedAt.IsZero() {
+		t.Errorf("after FinishCommand(expired) GetNodeCommand = %+v, want still sent and unfinished", got)
 	}
 }
 

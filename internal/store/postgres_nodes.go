@@ -338,11 +338,11 @@ func (p pgQuerier) ListNodeCommands(ctx context.Context, nodeID string, limit in
 	return pgCommands(rows, err, "list commands of node %q", nodeID)
 }
 
-func (p pgQuerier) PendingNodeCommands(ctx context.Context, nodeID string, limit int) ([]NodeCommand, error) {
+func (p pgQuerier) PendingNodeCommands(ctx context.Context, nodeID string, epoch int64, limit int) ([]NodeCommand, error) {
 	if err := checkLimit("list pending commands of node "+nodeID, limit); err != nil {
 		return nil, err
 	}
-	rows, err := p.q.PendingNodeCommands(ctx, pgdb.PendingNodeCommandsParams{NodeID: nodeID, Lim: int32(min(limit, math.MaxInt32))})
+	rows, err := p.q.PendingNodeCommands(ctx, pgdb.PendingNodeCommandsParams{NodeID: nodeID, SessionEpoch: epoch, Lim: int32(min(limit, math.MaxInt32))})
 	return pgCommands(rows, err, "list pending commands of node %q", nodeID)
 }
 

@@ -353,11 +353,11 @@ func (s sqliteQuerier) ListNodeCommands(ctx context.Context, nodeID string, limi
 	return sqliteCommands(rows, err, "list commands of node %q", nodeID)
 }
 
-func (s sqliteQuerier) PendingNodeCommands(ctx context.Context, nodeID string, limit int) ([]NodeCommand, error) {
+func (s sqliteQuerier) PendingNodeCommands(ctx context.Context, nodeID string, epoch int64, limit int) ([]NodeCommand, error) {
 	if err := checkLimit("list pending commands of node "+nodeID, limit); err != nil {
 		return nil, err
 	}
-	rows, err := s.q.PendingNodeCommands(ctx, sqlitedb.PendingNodeCommandsParams{NodeID: nodeID, Lim: int64(limit)})
+	rows, err := s.q.PendingNodeCommands(ctx, sqlitedb.PendingNodeCommandsParams{NodeID: nodeID, SessionEpoch: epoch, Lim: int64(limit)})
 	return sqliteCommands(rows, err, "list pending commands of node %q", nodeID)
 }
 

@@ -290,7 +290,7 @@ func (q *Queries) ListNodeCommands(ctx context.Context, arg ListNodeCommandsPara
 
 const markCommandSent = `-- name: MarkCommandSent :execrows
 UPDATE node_commands SET state = 'sent', session_epoch = $1, sent_at = clock_timestamp()
-WHERE id = $2 AND state = 'queued'
+WHERE id = $2 AND (state = 'queued' OR (state = 'sent' AND session_epoch < $1::bigint))
 `
 
 type MarkCommandSentParams struct {
@@ -308,18 +308,24 @@ func (q *Queries) MarkCommandSent(ctx context.Context, arg MarkCommandSentParams
 
 const pendingNodeCommands = `-- name: PendingNodeCommands :many
 SELECT id, node_id, kind, args, idempotency_key, state, output, error, session_epoch, created_at, deadline, sent_at, finished_at FROM node_commands
-WHERE node_id = $1 AND state = 'queued' AND deadline > clock_timestamp()
+WHERE node_id = $1
+  AND (state = 'queued' OR (state = 'sent' AND session_epoch < $2::bigint))
+  AND deadline > clock_timestamp()
 ORDER BY created_at, id
-LIMIT $2
+LIMIT $3
 `
 
 type PendingNodeCommandsParams struct {
-	NodeID string
-	Lim    int32
+	NodeID       string
+	SessionEpoch int64
+	Lim          int32
 }
 
+// Queued commands, and commands sent on an older session that never
+// finished: their frame may have died with that session, and resending is
+// safe because the node runs an id at most once.
 func (q *Queries) PendingNodeCommands(ctx context.Context, arg PendingNodeCommandsParams) ([]NodeCommand, error) {
-	rows, err := q.db.Query(ctx, pendingNodeCommands, arg.NodeID, arg.Lim)
+	rows, err := q.db.Query(ctx, pendingNodeCommands, arg.NodeID, arg.SessionEpoch, arg.Lim)
 	if err != nil {
 		return nil, err
 	}

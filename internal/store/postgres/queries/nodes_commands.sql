@@ -19,14 +19,19 @@ ORDER BY created_at DESC, id DESC
 LIMIT sqlc.arg(lim);
 
 -- name: PendingNodeCommands :many
+-- Queued commands, and commands sent on an older session that never
+-- finished: their frame may have died with that session, and resending is
+-- safe because the node runs an id at most once.
 SELECT * FROM node_commands
-WHERE node_id = sqlc.arg(node_id) AND state = 'queued' AND deadline > clock_timestamp()
+WHERE node_id = sqlc.arg(node_id)
+  AND (state = 'queued' OR (state = 'sent' AND session_epoch < sqlc.arg(session_epoch)::bigint))
+  AND deadline > clock_timestamp()
 ORDER BY created_at, id
 LIMIT sqlc.arg(lim);
 
 -- name: MarkCommandSent :execrows
 UPDATE node_commands SET state = 'sent', session_epoch = sqlc.arg(session_epoch), sent_at = clock_timestamp()
-WHERE id = sqlc.arg(id) AND state = 'queued';
+WHERE id = sqlc.arg(id) AND (state = 'queued' OR (state = 'sent' AND session_epoch < sqlc.arg(session_epoch)::bigint));
 
 -- name: FinishCommand :one
 -- A queued command may finish too: the node got it on session

@@ -19,8 +19,12 @@ ORDER BY created_at DESC, id DESC
 LIMIT sqlc.arg(lim);
 
 -- name: PendingNodeCommands :many
+-- Queued commands, and commands sent on an older session that never
+-- finished: their frame may have died with that session, and resending is
+-- safe because the node runs an id at most once.
 SELECT * FROM node_commands
-WHERE node_id = sqlc.arg(node_id) AND state = 'queued'
+WHERE node_id = sqlc.arg(node_id)
+  AND (state = 'queued' OR (state = 'sent' AND session_epoch < sqlc.arg(session_epoch)))
   AND deadline > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 ORDER BY created_at, id
 LIMIT sqlc.arg(lim);
@@ -28,7 +32,7 @@ LIMIT sqlc.arg(lim);
 -- name: MarkCommandSent :execrows
 UPDATE node_commands
 SET state = 'sent', session_epoch = sqlc.arg(session_epoch), sent_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE id = sqlc.arg(id) AND state = 'queued';
+WHERE id = sqlc.arg(id) AND (state = 'queued' OR (state = 'sent' AND session_epoch < sqlc.arg(session_epoch)));
 
 -- name: FinishCommand :one
 -- A queued command may finish too: the node got it on session
