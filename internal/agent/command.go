@@ -1,14 +1,21 @@
-// Package agent is bcd, the node daemon: its commands, and (as the node
-// issues land) its session to the gateway, journal, convergers and inventory.
+// Package agent is bcd, the node daemon: its commands (join, node, status,
+// doctor, sim), and the agent they run: a session to the gateway, a bbolt
+// journal that keeps commands at most once, inventory reports and
+// certificate renewal. The agent is a library too (Node, Join, RunSim), so
+// the control plane's dev stack and tests run real agents in-process.
 package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/better-compute/better-compute/internal/agent/inventory"
 	"github.com/better-compute/better-compute/internal/version"
 )
 
@@ -32,5 +39,141 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		},
 	})
+	root.AddCommand(joinCommand(), nodeCommand(), statusCommand(), doctorCommand(), simCommand())
 	return root.ExecuteContext(ctx)
+}
+
+// dataDirFlag adds --data-dir to cmd.
+func dataDirFlag(cmd *cobra.Command, dir *string) {
+	cmd.Flags().StringVar(dir, "data-dir", DefaultDataDir(), "where the node's identity and journal live (env BCD_DATA_DIR)")
+}
+
+// stderrLogger logs text lines to the command's stderr.
+func stderrLogger(cmd *cobra.Command) *slog.Logger {
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func joinCommand() *cobra.Command {
+	var cfg JoinConfig
+	cmd := &cobra.Command{
+		Use:   "join --server URL --token T",
+		Short: "Join this host to the control plane with a join token",
+		Long: "join checks the server against the CA pinned in the token before it sends\n" +
+			"anything, then obtains the node's certificate and writes it, its key, the CA\n" +
+			"bundle and the gateway addresses into the data dir.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = stderrLogger(cmd)
+			if err := Join(cmd.Context(), cfg); err != nil {
+				return err
+			}
+			id, err := JoinedNodeID(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "joined as node %s; start it with 'bcd node --data-dir %s'\n", id, cfg.DataDir)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Server, "server", "", "the gateway's URL, https://host:port")
+	cmd.Flags().StringVar(&cfg.Token, "token", "", "the join token (bcj_...)")
+	dataDirFlag(cmd, &cfg.DataDir)
+	_ = cmd.MarkFlagRequired("server")
+	_ = cmd.MarkFlagRequired("token")
+	return cmd
+}
+
+func nodeCommand() *cobra.Command {
+	var (
+		cfg    Config
+		fakehw string
+	)
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run the node agent: hold the session, run commands, report inventory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fakehw != "" {
+				hw, err := inventory.LoadFakeHW(fakehw)
+				if err != nil {
+					return err
+				}
+				cfg.FakeHW = hw
+			}
+			cfg.Logger = stderrLogger(cmd)
+			cfg.StatusSocket = true
+			return NewNode(cfg).Run(cmd.Context())
+		},
+	}
+	dataDirFlag(cmd, &cfg.DataDir)
+	cmd.Flags().StringVar(&fakehw, "fakehw", "", "a fakehw description (YAML) that replaces the hardware edge")
+	cmd.Flags().BoolVar(&cfg.HeartbeatLog, "heartbeat-log", false, "log every heartbeat sent and received")
+	return cmd
+}
+
+func statusCommand() *cobra.Command {
+	var (
+		dir    string
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the running node agent's session, certificate and journal",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			st, err := ReadStatus(dir)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			return printStatus(cmd.OutOrStdout(), st, time.Now())
+		},
+	}
+	dataDirFlag(cmd, &dir)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func doctorCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check this node's identity, certificate, gateway, clock, GPUs and cgroups",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return newDoctor(dir).run(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+	dataDirFlag(cmd, &dir)
+	return cmd
+}
+
+func simCommand() *cobra.Command {
+	var cfg SimConfig
+	cmd := &cobra.Command{
+		Use:   "sim --nodes N --server URL --token T",
+		Short: "Run N simulated nodes (real agents on fake hardware) in one process",
+		Long: "sim joins N agents with one multi-use token on its first run (their identities\n" +
+			"stay under DATA_DIR/sim/<i>/ and are reused later) and runs them until stopped.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return RunSim(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Nodes, "nodes", 1, "how many agents to run")
+	cmd.Flags().StringVar(&cfg.Server, "server", "", "the gateway's URL, https://host:port (first run)")
+	cmd.Flags().StringVar(&cfg.Token, "token", "", "a join token with enough uses (first run)")
+	dataDirFlag(cmd, &cfg.DataDir)
+	cmd.Flags().IntVar(&cfg.GPUs, "gpus", 8, "GPUs per simulated node")
+	cmd.Flags().StringVar(&cfg.Model, "model", inventory.DefaultFakeGPUModel, "the simulated GPU model")
+	cmd.Flags().BoolVar(&cfg.HeartbeatLog, "heartbeat-log", false, "log every heartbeat (loud)")
+	return cmd
 }

@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/agent/inventory"
+)
+
+// runningNode is a Node running in the background of a test.
+type runningNode struct {
+	*Node
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startNode runs an agent on dir (already joined) with fake hardware.
+func startNode(t *testing.T, dir string, edit func(*Config)) *runningNode {
+	t.Helper()
+	cfg := Config{DataDir: dir, FakeHW: inventory.GenerateFakeHW("test", 0, 2, "")}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n := NewNode(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningNode{Node: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- n.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop ends Run and returns its error.
+func (r *runningNode) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context ending")
+		return nil
+	}
+}
+
+func command(id, kind string, args map[string]string) *agentv1.Frame {
+	return &agentv1.Frame{Kind: &agentv1.Frame_Command{Command: &agentv1.Command{
+		Id: id, Kind: kind, Args: args, Deadline: timestamppb.New(time.Now().Add(time.Minute)),
+	}}}
+}
+
+func ack(id string) *agentv1.Frame {
+	return &agentv1.Frame{Kind: &agentv1.Frame_ResultAck{ResultAck: &agentv1.ResultAck{Id: id}}}
+}
+
+func TestSessionHelloReportHeartbeats(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	dir := joinedDir(t, gw)
+	n := startNode(t, dir, func(c *Config) { c.ReportInterval = 200 * time.Millisecond })
+
+	s := gw.session(t)
+	h := s.hello
+	if h.GetNodeId() != "n-test1" || h.GetProtocolVersion() != agentv1.ProtocolVersion_PROTOCOL_VERSION_1 ||
+		!slices.Equal(h.GetCapabilities(), []string{"fakehw"}) || !h.GetFreshJournal() || h.GetBootId() == "" {
+		t.Errorf("hello = %v", h)
+	}
+	first := s.next(t, isReport).GetStatusReport()
+	if len(first.GetSections()) != len(inventory.SectionNames) {
+		t.Errorf("%d sections, want %d", len(first.GetSections()), len(inventory.SectionNames))
+	}
+	for _, sec := range first.GetSections() {
+		if len(sec.GetContent()) == 0 || len(sec.GetHash()) == 0 {
+			t.Errorf("first report: section %s without content or hash", sec.GetName())
+		}
+	}
+	inv, err := inventory.Merge(first.GetSections())
+	if err != nil || len(inv.GetGpus().GetDevices()) != 2 {
+		t.Errorf("merged inventory: %v GPUs, %v", len(inv.GetGpus().GetDevices()), err)
+	}
+	s.next(t, isHeartbeat)
+	// The periodic report sends hashes only: nothing changed.
+	later := s.next(t, isReport).GetStatusReport()
+	for _, sec := range later.GetSections() {
+		if len(sec.GetContent()) != 0 || len(sec.GetHash()) == 0 {
+			t.Errorf("periodic report: section %s has content %d bytes, hash %d bytes", sec.GetName(), len(sec.GetContent()), len(sec.GetHash()))
+		}
+	}
+	st := n.Status()
+	if st.State != "connected" || st.SessionEpoch != s.epoch || st.NodeID != "n-test1" || st.LastHeartbeatSent.IsZero() {
+		t.Errorf("status = %+v", st)
+	}
+	waitFor(t, "a heartbeat received", func() bool { return !n.Status().LastHeartbeatReceived.IsZero() })
+}
+
+// A command runs once: its result is resent until acknowledged, across a
+// reconnect and a restart, and the same id sent again never runs again.
+func TestCommandAtMostOnce(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	dir := joinedDir(t, gw)
+	n := startNode(t, dir, nil)
+
+	s1 := gw.session(t)
+	s1.next(t, isReport) // the session's first
+	_ = s1.send(command("c1", kindInventoryRefresh, nil))
+	// inventory.refresh sends a full report, then its result.
+	for _, sec := range s1.next(t, isReport).GetStatusReport().GetSections() {
+		if len(sec.GetContent()) == 0 {
+			t.Errorf("refresh report: section %s without content", sec.GetName())
+		}
+	}
+	r := s1.next(t, isResult).GetCommandResult()
+	if r.GetId() != "c1" || r.GetStatus() != agentv1.CommandStatus_COMMAND_STATUS_SUCCEEDED || r.GetSessionEpoch() != s1.epoch || r.GetOutput() == "" {
+		t.Fatalf("result = %v", r)
+	}
+	s1.conn.Close() // lost before the ack
+
+	s2 := gw.session(t)
+	if s2.hello.GetFreshJournal() || !slices.Contains(s2.hello.GetRecentCommandIds(), "c1") {
+		t.Errorf("second hello = %v", s2.hello)
+	}
+	r = s2.next(t, func(f *agentv1.Frame) bool { return isResult(f) || isReport(f) }).GetCommandResult()
+	if r.GetId() != "c1" || r.GetSessionEpoch() != s2.epoch {
+		t.Fatalf("first frame after Welcome: result %v, want c1's resent on epoch %d", r, s2.epoch)
+	}
+	_ = s2.send(command("c1", kindInventoryRefresh, nil)) // sent again: answered from the journal
+	if r := s2.next(t, isResult).GetCommandResult(); r.GetId() != "c1" {
+		t.Fatalf("result = %v", r)
+	}
+	_ = s2.send(ack("c1"))
+	waitFor(t, "the ack journaled", func() bool { return n.Status().JournalUnacked == 0 })
+	_ = s2.send(command("c1", kindInventoryRefresh, nil)) // acknowledged: ignored
+	_ = s2.send(command("c2", "no.such.kind", nil))
+	r = s2.next(t, isResult).GetCommandResult()
+	if r.GetId() != "c2" || r.GetStatus() != agentv1.CommandStatus_COMMAND_STATUS_FAILED {
+		t.Errorf("after the ack, the next result is %v, want c2's failure", r)
+	}
+
+	// A restart keeps the journal: nothing is fresh, c1 and c2 are known.
+	if err := n.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, dir, nil)
+	s3 := gw.session(t)
+	if s3.hello.GetFreshJournal() || !slices.Equal(s3.hello.GetRecentCommandIds(), []string{"c1", "c2"}) {
+		t.Errorf("hello after restart = %v", s3.hello)
+	}
+}
+
+func TestCommandExpired(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	startNode(t, joinedDir(t, gw), nil)
+	s := gw.session(t)
+	f := command("late", kindNodeReboot, nil)
+	f.GetCommand().Deadline = timestamppb.New(time.Now().Add(-time.Second))
+	_ = s.send(f)
+	r := s.next(t, isResult).GetCommandResult()
+	if r.GetStatus() != agentv1.CommandStatus_COMMAND_STATUS_EXPIRED {
+		t.Errorf("result = %v", r)
+	}
+}
+
+// A deleted journal makes the next start report a fresh journal, and
+// nothing it ran before is run again by the node on its own.
+func TestFreshJournalAfterLoss(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	dir := joinedDir(t, gw)
+	n := startNode(t, dir, nil)
+	s := gw.session(t)
+	_ = s.send(command("c1", kindInventoryRefresh, nil))
+	s.next(t, isResult)
+	_ = n.stop(t)
+	if err := os.Remove(filepath.Join(dir, journalFile)); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, dir, nil)
+	s = gw.session(t)
+	if !s.hello.GetFreshJournal() || len(s.hello.GetRecentCommandIds()) != 0 {
+		t.Errorf("hello = %v", s.hello)
+	}
+}
+
+func TestRevokedStops(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	dir := joinedDir(t, gw)
+	gw.helloReply = func(*agentv1.Hello) *agentv1.Frame {
+		return closeFrame(agentv1.CloseReason_CLOSE_REASON_REVOKED, "revoked by alice")
+	}
+	n := NewNode(Config{DataDir: dir})
+	done := make(chan error, 1)
+	go func() { done <- n.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRevoked) {
+			t.Errorf("Run: %v, want ErrRevoked", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a revoked node kept running")
+	}
+}
+
+func TestSupersededReconnects(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	startNode(t, joinedDir(t, gw), nil)
+	s1 := gw.session(t)
+	_ = s1.send(closeFrame(agentv1.CloseReason_CLOSE_REASON_SUPERSEDED, "a newer session"))
+	s1.ended(t)
+	if s2 := gw.session(t); s2.epoch <= s1.epoch {
+		t.Errorf("epoch %d after %d", s2.epoch, s1.epoch)
+	}
+}
+
+// The gateway going silent for 3 intervals ends the session.
+func TestSilentGateway(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	n := startNode(t, joinedDir(t, gw), nil)
+	s := gw.session(t)
+	waitFor(t, "the session", func() bool { return n.Status().State == "connected" })
+	s.wmu.Lock() // the gateway stops writing (its heartbeats block here)
+	defer s.wmu.Unlock()
+	if s2 := gw.session(t); s2.epoch != s.epoch+1 {
+		t.Errorf("next session epoch %d", s2.epoch)
+	}
+	found := false
+	for _, l := range n.ring.tail("n-test1", 100) {
+		found = found || strings.Contains(l, "the gateway was silent for 3 heartbeat intervals (150ms)")
+	}
+	if !found {
+		t.Errorf("the log does not say why the session ended: %q", n.ring.tail("n-test1", 100))
+	}
+}
+
+func TestNodeSpecGeneration(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	n := startNode(t, joinedDir(t, gw), nil)
+	s := gw.session(t)
+	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 5}}})
+	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 3}}}) // older: ignored
+	waitFor(t, "generation 5", func() bool { return n.Status().SpecGeneration == 5 })
+	s.conn.Close()
+	if s2 := gw.session(t); s2.hello.GetSpecGeneration() != 5 {
+		t.Errorf("hello spec generation %d, want 5", s2.hello.GetSpecGeneration())
+	}
+}
+
+func TestFakeReboot(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	dir := joinedDir(t, gw)
+	hw := inventory.GenerateFakeHW("test", 0, 1, "")
+	hw.AllowReboot = true
+	startNode(t, dir, func(c *Config) { c.FakeHW = hw })
+	s1 := gw.session(t)
+	_ = s1.send(command("r1", kindNodeReboot, nil))
+	if r := s1.next(t, isResult).GetCommandResult(); r.GetStatus() != agentv1.CommandStatus_COMMAND_STATUS_SUCCEEDED {
+		t.Fatalf("result = %v", r)
+	}
+	s1.ended(t)
+	start := time.Now()
+	s2 := gw.session(t)
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("back after %v, want about %v", d, fakeRebootDelay)
+	}
+	if s2.hello.GetBootId() == s1.hello.GetBootId() || s2.hello.GetBootId() == "" {
+		t.Errorf("boot id %q after %q", s2.hello.GetBootId(), s1.hello.GetBootId())
+	}
+}
+
+// At 60% of its lifetime the node renews its certificate, proving
+// possession of the current key, and the next connection presents the new
+// one.
+func TestRenewal(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	gw.ttl = 3 * time.Second
+	dir := joinedDir(t, gw)
+	before, _ := os.ReadFile(filepath.Join(dir, certFile))
+	n := startNode(t, dir, nil)
+	s1 := gw.session(t)
+	waitFor(t, "a renewal", func() bool {
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		return gw.renews > 0
+	})
+	waitFor(t, "the new certificate in use", func() bool {
+		after, _ := os.ReadFile(filepath.Join(dir, certFile))
+		return string(after) != string(before)
+	})
+	s1.conn.Close()
+	s2 := gw.session(t)
+	if s2.serial == s1.serial {
+		t.Error("the next session presented the old certificate")
+	}
+	if _, err := loadIdentity(dir, nil); err != nil {
+		t.Errorf("the saved identity: %v", err)
+	}
+	if st := n.Status(); !st.CertificateNotAfter.After(time.Now()) {
+		t.Errorf("status not-after %v", st.CertificateNotAfter)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
