@@ -67,7 +67,7 @@ type Authority struct {
 	now                 func() time.Time // time.Now; tests move it
 
 	nodePool   *x509.CertPool // the node CA alone
-	bundle     [][]byte       // serving CA, root
+	bundle     [][]byte       // serving CA, node CA, root
 	servingPin string
 
 	mu     sync.Mutex                 // guards served
@@ -85,7 +85,7 @@ func newAuthority(trustDomain string, root, node, serving ca) *Authority {
 		serving:     serving,
 		now:         time.Now,
 		nodePool:    pool,
-		bundle:      [][]byte{serving.cert.Raw, root.cert.Raw},
+		bundle:      [][]byte{serving.cert.Raw, node.cert.Raw, root.cert.Raw},
 		servingPin:  PinOf(serving.cert),
 		served:      map[string]tls.Certificate{},
 	}
@@ -113,8 +113,11 @@ func PinOf(cert *x509.Certificate) string {
 // change.
 func (a *Authority) NodeCAPool() *x509.CertPool { return a.nodePool.Clone() }
 
-// TrustBundleDER is what a node trusts for the gateway and the API: the
-// serving CA and the root, DER, in that order. Each call returns copies.
+// TrustBundleDER is what a node trusts: the serving CA (for the gateway and
+// the API), the node CA (so bcd can check the whole chain of the
+// certificate it was issued; it signs client certificates only, so trusting
+// it admits no server) and the root, DER, in that order. Each call returns
+// copies.
 func (a *Authority) TrustBundleDER() [][]byte {
 	out := make([][]byte, len(a.bundle))
 	for i, der := range a.bundle {
