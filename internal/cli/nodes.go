@@ -56,13 +56,6 @@ func nodeState(s apiv1.NodeState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_STATE_"))
 }
 
-func gpuCount(n *apiv1.Node) string {
-	if n.GetInventory() == nil {
-		return "-"
-	}
-	return fmt.Sprint(len(n.GetInventory().GetGpus().GetDevices()))
-}
-
 func newNodesListCommand(g *globals) *cobra.Command {
 	req := &apiv1.ListNodesRequest{}
 	cmd := &cobra.Command{

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/better-compute/better-compute/client"
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+)
+
+// process is a started better-compute or bcd.
+type process struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+}
+
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		p.cancel()
+		<-done
+	}
+}
+
+// rssKiB reads a process's resident set size.
+func rssKiB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// sessions scrapes the gateway's session gauge.
+func sessions(apiURL string) int {
+	res, err := http.Get(apiURL + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "bettercompute_gateway_sessions "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return int(n)
+		}
+	}
+	return 0
+}
+
+// startServe runs `better-compute serve` on dir's SQLite store with a fixed
+// gateway port, so that a restart keeps the address nodes dial.
+func startServe(b *testing.B, dir, gateway string) (*process, string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, binary(b), "serve", "--store", "sqlite:"+filepath.Join(dir, "bc.db"),
+		"--listen", "127.0.0.1:0", "--gateway-listen", gateway, "--data-dir", dir, "--log-level", "info")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	url := ""
+	for sc.Scan() {
+		if m := servingURL.FindStringSubmatch(sc.Text()); m != nil {
+			url = m[1]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	if url == "" {
+		b.Fatal("server did not start")
+	}
+	return &process{cmd: cmd, cancel: cancel}, url
+}
+
+// await polls until all n sessions are up and returns how long it took.
+func await(b *testing.B, apiURL string, n int, start time.Time, within time.Duration) time.Duration {
+	for sessions(apiURL) < n {
+		if time.Since(start) > within {
+			b.Fatalf("only %d of %d sessions after %s", sessions(apiURL), n, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkSessions holds BENCH_NODES (default 1,000) real agents, run by
+// `bcd sim` in its own process, against one `better-compute serve` on
+// SQLite, and reports: the time for the first join and session of all of
+// them, the server's RSS per idle session (after 15 s of heartbeats), and
+// the time for all sessions to return after the server restarts. Run it
+// once: -benchtime 1x.
+func BenchmarkSessions(b *testing.B) {
+	n := 1000
+	if v := os.Getenv("BENCH_NODES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	dir := b.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gateway := ln.Addr().String()
+	ln.Close()
+
+	for range b.N {
+		srv, apiURL := startServe(b, dir, gateway)
+		token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
+		admin, err := client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		jt, err := admin.JoinTokens.CreateJoinToken(context.Background(), connect.NewRequest(&apiv1.CreateJoinTokenRequest{
+			MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // let the idle server settle
+		rss0 := rssKiB(srv.cmd.Process.Pid)
+
+		simCtx, simCancel := context.WithCancel(context.Background())
+		sim := exec.CommandContext(simCtx, bcdBinary(b), "sim", "--nodes", strconv.Itoa(n), "--server", jt.Msg.GetGatewayUrl(),
+			"--token", jt.Msg.GetSecret(), "--data-dir", filepath.Join(dir, "sim"), "--gpus", "8")
+		start := time.Now()
+		if err := sim.Start(); err != nil {
+			b.Fatal(err)
+		}
+		simProc := &process{cmd: sim, cancel: simCancel}
+		joined := await(b, apiURL, n, start, 5*time.Minute)
+
+		time.Sleep(15 * time.Second) // several heartbeats: steady state
+		rss1 := rssKiB(srv.cmd.Process.Pid)
+		simRSS := rssKiB(sim.Process.Pid)
+
+		srv.stop()
+		restart := time.Now()
+		srv, apiURL = startServe(b, dir, gateway)
+		back := await(b, apiURL, n, restart, 5*time.Minute)
+
+		b.ReportMetric(joined.Seconds(), "first-join-s")
+		b.ReportMetric(float64(rss1-rss0)/float64(n), "server-KiB/session")
+		b.ReportMetric(float64(simRSS)/float64(n), "sim-KiB/agent")
+		b.ReportMetric(back.Seconds(), "restart-return-s")
+		simProc.stop()
+		srv.stop()
+	}
+}
+
+var bcdOnce struct {
+	path string
+	err  error
+	done bool
+}
+
+// bcdBinary builds bcd once per run, beside better-compute.
+func bcdBinary(b *testing.B) string {
+	if !bcdOnce.done {
+		bcdOnce.done = true
+		bcdOnce.path = filepath.Join(filepath.Dir(binary(b)), "bcd")
+		if out, err := exec.Command("go", "build", "-o", bcdOnce.path, "../cmd/bcd").CombinedOutput(); err != nil {
+			bcdOnce.err = fmt.Errorf("build bcd: %v\n%s", err, out)
+		}
+	}
+	if bcdOnce.err != nil {
+		b.Fatal(bcdOnce.err)
+	}
+	return bcdOnce.path
+}
