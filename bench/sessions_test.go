@@ -94,10 +94,12 @@ func startServe(b *testing.B, dir, gateway string) (*process, string) {
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	p := &process{cmd: cmd, cancel: cancel}
 	if url == "" {
+		p.stop()
 		b.Fatal("server did not start")
 	}
-	return &process{cmd: cmd, cancel: cancel}, url
+	return p, url
 }
 
 // await polls until all n sessions are up and returns how long it took.
@@ -153,6 +155,7 @@ func BenchmarkSessions(b *testing.B) {
 			b.Fatal(err)
 		}
 		simProc := &process{cmd: sim, cancel: simCancel}
+		b.Cleanup(simProc.stop) // also when a Fatal ends the run early
 		joined := await(b, apiURL, n, start, 5*time.Minute)
 
 		time.Sleep(15 * time.Second) // several heartbeats: steady state
@@ -162,14 +165,13 @@ func BenchmarkSessions(b *testing.B) {
 		srv.stop()
 		restart := time.Now()
 		srv, apiURL = startServe(b, dir, gateway)
+		b.Cleanup(srv.stop)
 		back := await(b, apiURL, n, restart, 5*time.Minute)
 
 		b.ReportMetric(joined.Seconds(), "first-join-s")
 		b.ReportMetric(float64(rss1-rss0)/float64(n), "server-KiB/session")
 		b.ReportMetric(float64(simRSS)/float64(n), "sim-KiB/agent")
 		b.ReportMetric(back.Seconds(), "restart-return-s")
-		simProc.stop()
-		srv.stop()
 	}
 }
 
