@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -71,83 +67,4 @@ func TestSimNeedsToken(t *testing.T) {
 	if err == nil || err.Error() != "sim: 2 agents have not joined yet: pass --server and --token" {
 		t.Errorf("RunSim: %v", err)
 	}
-}
-
-// TestSimMemory measures what a simulated agent costs: heap and stacks of
-// the whole process (agents and this test's gateway), per agent, once all
-// are connected. Set BCD_SIM_MEMORY_AGENTS to run it (a measurement, not a
-// check of the machine's speed).
-func TestSimMemory(t *testing.T) {
-	agents, _ := strconv.Atoi(os.Getenv("BCD_SIM_MEMORY_AGENTS"))
-	if agents == 0 {
-		t.Skip("set BCD_SIM_MEMORY_AGENTS=N to measure")
-	}
-	if os.Getenv("BCD_SIM_MEMORY_PROFILE") != "" {
-		runtime.MemProfileRate = 1024
-	}
-	gw := newFakeGateway(t, newTestPKI(t))
-	gw.interval = 5 * time.Second
-	gw.sessions = make(chan *gwSession, agents)
-	dir := t.TempDir()
-	// A first run joins (joins allocate much that is garbage afterwards).
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- RunSim(ctx, SimConfig{Nodes: agents, Server: gw.url(), Token: gw.pki.token(), DataDir: dir, GPUs: 8})
-	}()
-	for range agents {
-		gw.session(t)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second) // the gateway's side of the sessions ends
-	t.Logf("before: %s", rss())
-	before := memNow()
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	go func() { done <- RunSim(ctx, SimConfig{Nodes: agents, DataDir: dir, GPUs: 8}) }()
-	for range agents {
-		gw.session(t)
-	}
-	time.Sleep(2 * gw.interval) // heartbeats and a report or two
-	after := memNow()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	t.Logf("heap in use %d KiB, stacks %d KiB; %s", ms.HeapInuse>>10, ms.StackInuse>>10, rss())
-	if p := os.Getenv("BCD_SIM_MEMORY_PROFILE"); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = pprof.WriteHeapProfile(f)
-		f.Close()
-	}
-	t.Logf("%d agents: %.1f KiB heap+stack per agent (agents and the test gateway), %d goroutines", agents, float64(after-before)/float64(agents)/1024, runtime.NumGoroutine())
-	cancel()
-	<-done
-}
-
-func memNow() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse + m.StackInuse
-}
-
-// rss is the process's resident memory by kind, from /proc/self/status.
-func rss() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "rss unknown"
-	}
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "Rss") || strings.HasPrefix(l, "VmRSS") {
-			out = append(out, strings.Join(strings.Fields(l), " "))
-		}
-	}
-	return strings.Join(out, ", ")
 }
