@@ -54,7 +54,10 @@ func stderrLogger(cmd *cobra.Command) *slog.Logger {
 }
 
 func joinCommand() *cobra.Command {
-	var cfg JoinConfig
+	var (
+		cfg    JoinConfig
+		fakehw string
+	)
 	cmd := &cobra.Command{
 		Use:   "join --server URL --token T",
 		Short: "Join this host to the control plane with a join token",
@@ -63,6 +66,15 @@ func joinCommand() *cobra.Command {
 			"bundle and the gateway addresses into the data dir.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fakehw != "" {
+				// The same description bcd node will run with, so the host
+				// facts sent at join (host name, machine id) match it.
+				hw, err := inventory.LoadFakeHW(fakehw)
+				if err != nil {
+					return err
+				}
+				cfg.FakeHW = hw
+			}
 			cfg.Logger = stderrLogger(cmd)
 			if err := Join(cmd.Context(), cfg); err != nil {
 				return err
@@ -77,6 +89,7 @@ func joinCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&cfg.Server, "server", "", "the gateway's URL, https://host:port")
 	cmd.Flags().StringVar(&cfg.Token, "token", "", "the join token (bcj_...)")
+	cmd.Flags().StringVar(&fakehw, "fakehw", "", "the fakehw description (YAML) bcd node will run with")
 	dataDirFlag(cmd, &cfg.DataDir)
 	_ = cmd.MarkFlagRequired("server")
 	_ = cmd.MarkFlagRequired("token")

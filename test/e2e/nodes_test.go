@@ -99,22 +99,23 @@ func (f *fleet) join(i int, token string) {
 		hw := inventory.GenerateFakeHW(f.t.Name(), len(f.hw), 8, inventory.DefaultFakeGPUModel)
 		f.hw = append(f.hw, hw)
 	}
-	if out, code := f.bcd("join", "--server", f.gateway, "--token", token, "--data-dir", f.nodeDirs[i]); code != 0 {
-		f.t.Fatalf("bcd join %d: exit %d: %s", i, code, out)
-	}
 	b, err := yaml.Marshal(f.hw[i])
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.nodeDirs[i], "fakehw.yaml"), b, 0o600); err != nil {
+	hwFile := filepath.Join(f.admin.home, fmt.Sprintf("fakehw%d.yaml", i))
+	if err := os.WriteFile(hwFile, b, 0o600); err != nil {
 		f.t.Fatal(err)
+	}
+	if out, code := f.bcd("join", "--server", f.gateway, "--token", token, "--data-dir", f.nodeDirs[i], "--fakehw", hwFile); code != 0 {
+		f.t.Fatalf("bcd join %d: exit %d: %s", i, code, out)
 	}
 }
 
 // startNode runs bcd node i.
 func (f *fleet) startNode(i int) {
 	f.t.Helper()
-	cmd := exec.Command(binaries.bcd, "node", "--data-dir", f.nodeDirs[i], "--fakehw", filepath.Join(f.nodeDirs[i], "fakehw.yaml"))
+	cmd := exec.Command(binaries.bcd, "node", "--data-dir", f.nodeDirs[i], "--fakehw", filepath.Join(f.admin.home, fmt.Sprintf("fakehw%d.yaml", i)))
 	s := &server{t: f.t, cmd: cmd, output: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = s.output, s.output
 	if err := cmd.Start(); err != nil {
@@ -219,6 +220,9 @@ func TestNodes(t *testing.T) {
 		})
 		for i, hw := range f.hw {
 			id := f.nodeID(i)
+			if got := f.node(id).Hostname; got != hw.Hostname {
+				t.Errorf("node %d hostname = %q, want the fakehw's %q", i, got, hw.Hostname)
+			}
 			var got []string
 			f.await("inventory of "+hw.Hostname, 10*time.Second, func() bool {
 				got = got[:0]
