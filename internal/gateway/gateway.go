@@ -13,16 +13,12 @@
 //
 // DESIGN.md §4 gives the reason the session is not a Connect stream.
 //
-// Known limits, for later work:
-//   - Revocation reaches a live session through Revoke, in this process. A
-//     revocation stored by another process (the API on another host) is
-//     enforced when the node reconnects (BeginSession refuses it) or its
-//     short-lived certificate ends; closing the session at once needs the
-//     store's LISTEN/NOTIFY.
-//   - A command is marked sent before its frame is queued. When the session
-//     ends in between, the command stays sent: the store has no query yet
-//     for commands sent on an older epoch, which could safely be sent again
-//     (the node never runs an id twice).
+// Revocation reaches a live session through Revoke at once when the API
+// runs in this process, and through a sweep of the store twice a second
+// (revocationLoop) when another process stored it. A command whose frame
+// died with its session is sent again on the node's next session
+// (PendingNodeCommands returns commands sent on an older epoch); the node
+// never runs an id twice.
 package gateway
 
 import (
@@ -265,6 +261,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	g.wg.Go(func() { g.heartbeatLoop(ctx) })
 	g.wg.Go(func() { g.livenessLoop(ctx) })
 	g.wg.Go(func() { g.expireLoop(ctx) })
+	g.wg.Go(func() { g.revocationLoop(ctx) })
 	g.log.Info("gateway serving", "addr", g.ln.Addr().String(), "heartbeat_interval", g.interval)
 
 	stopAccept := context.AfterFunc(ctx, func() { _ = g.ln.Close() })
@@ -359,7 +356,7 @@ func (g *Gateway) handleConn(ctx context.Context, c net.Conn) {
 // refuses the node's reconnects (BeginSession), and for a minute this
 // gateway also refuses a session of the node that passed that check just
 // before the revocation was stored. A revocation stored by another process
-// is not seen here until the node reconnects (see the package comment).
+// is found by revocationLoop within about a second.
 func (g *Gateway) Revoke(nodeID string) {
 	now := time.Now()
 	g.mu.Lock()

@@ -12,6 +12,10 @@ import (
 // expireInterval is how often queued commands past their deadline fail.
 const expireInterval = time.Second
 
+// revocationSweep is how often the gateway looks for nodes revoked through
+// other processes; revocation must close a session within a second.
+const revocationSweep = 500 * time.Millisecond
+
 // heartbeatLoop is the one ticker of all sessions: each interval it sends
 // every session a heartbeat and ends the sessions silent for
 // SilentIntervals intervals. A shared ticker instead of a read deadline per
@@ -135,6 +139,46 @@ func (g *Gateway) expireLoop(ctx context.Context) {
 		}
 		for _, c := range expired {
 			g.log.Info("gateway: command expired before its node took it", "node", c.NodeID, "command", c.ID, "kind", c.Kind)
+		}
+	}
+}
+
+// revocationLoop closes, within about a second, the sessions of nodes
+// revoked through another control-plane process sharing the store (Revoke
+// handles those revoked through this one at once). Each sweep is one query
+// for the revocations since the previous sweep, by the store's clock, with
+// a second of overlap so that a revocation committed during a sweep is not
+// missed.
+func (g *Gateway) revocationLoop(ctx context.Context) {
+	t := time.NewTicker(revocationSweep)
+	defer t.Stop()
+	since, err := g.st.Now(ctx)
+	if err != nil {
+		g.log.Error("gateway: read the store's clock", "err", err)
+		since = time.Now()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := g.st.Now(ctx)
+		if err != nil {
+			g.log.Error("gateway: read the store's clock", "err", err)
+			continue
+		}
+		ids, err := g.st.ListRevokedNodes(ctx, since.Add(-time.Second))
+		if err != nil {
+			g.log.Error("gateway: list revoked nodes", "err", err)
+			continue
+		}
+		since = now
+		for _, id := range ids {
+			if g.Connected(id) {
+				g.log.Info("gateway: closing the session of a node revoked elsewhere", "node", id)
+				g.Revoke(id)
+			}
 		}
 	}
 }

@@ -235,6 +235,31 @@ func TestRevoke(t *testing.T) {
 	})
 }
 
+// TestRevokeElsewhere: a revocation stored by another process (here,
+// straight into the store, without Revoke) closes the live session within
+// about a second.
+func TestRevokeElsewhere(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		b := setupGateway(t, engine, gwOptions{})
+		n := b.newNode(t, "gpu-01")
+		f, _ := b.connect(t, n, nil)
+		start := time.Now()
+		if _, err := b.st.RevokeNode(t.Context(), n.id); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.conn.SetReadDeadline(start.Add(2 * time.Second))
+		fr, _, err := wire.ReadFrame(f.conn, nil)
+		for err == nil && fr.GetHeartbeat() != nil {
+			fr, _, err = wire.ReadFrame(f.conn, nil)
+		}
+		if err != nil || fr.GetClose().GetReason() != agentv1.CloseReason_CLOSE_REASON_REVOKED {
+			t.Fatalf("within 2s of a revocation elsewhere: %v, %v; want Close REVOKED", fr, err)
+		}
+		t.Logf("closed %v after the revocation was stored", time.Since(start))
+	})
+}
+
 func TestShutdown(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()

@@ -180,6 +180,9 @@ type NodeQuerier interface {
 	RenewNodeCert(ctx context.Context, id, serial string, publicKey []byte, notAfter time.Time) (Node, error)
 	// RevokeNode sets state revoked and stamps RevokedAt.
 	RevokeNode(ctx context.Context, id string) (Node, error)
+	// ListRevokedNodes returns the ids of nodes revoked at or after since, so
+	// that a gateway can close sessions revoked through another process.
+	ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error)
 	// DeleteNode deletes a node with its inventory and commands.
 	DeleteNode(ctx context.Context, id string) error
 	// BeginSession increments the node's session epoch, sets it ready with

@@ -32,6 +32,7 @@ func TestNodeConformance(t *testing.T) {
 			{"SpendJoinToken", exerciseSpendJoinToken},
 			{"SpendJoinTokenRace", exerciseSpendJoinTokenRace},
 			{"Nodes", exerciseNodes},
+			{"ListRevokedNodes", exerciseListRevokedNodes},
 			{"Sessions", exerciseSessions},
 			{"Heartbeats", exerciseHeartbeats},
 			{"TouchNodesRace", exerciseTouchNodesRace},
@@ -620,4 +621,22 @@ func exerciseNodesInTx(ctx context.Context, t *testing.T, s *store.Store) {
 	wantIs(t, "InTx(spent token)", err, store.ErrConflict)
 	_, err = s.GetNode(ctx, "n2")
 	wantIs(t, "GetNode(n2) after the rolled back join", err, store.ErrNotFound)
+}
+
+func exerciseListRevokedNodes(ctx context.Context, t *testing.T, s *store.Store) {
+	seedTenants(ctx, t, s)
+	createNodes(ctx, t, s, "acme", "n1", "n2", "n3")
+	before := must(s.Now(ctx))(t)
+	if got := must(s.ListRevokedNodes(ctx, before))(t); len(got) != 0 {
+		t.Errorf("ListRevokedNodes before any revocation = %v", got)
+	}
+	must(s.RevokeNode(ctx, "n2"))(t)
+	must(s.RevokeNode(ctx, "n1"))(t)
+	if got := fmt.Sprint(must(s.ListRevokedNodes(ctx, before))(t)); got != "[n1 n2]" {
+		t.Errorf("ListRevokedNodes(since before) = %s, want [n1 n2]", got)
+	}
+	later := must(s.Now(ctx))(t).Add(time.Second)
+	if got := must(s.ListRevokedNodes(ctx, later))(t); len(got) != 0 {
+		t.Errorf("ListRevokedNodes(since later) = %v, want none", got)
+	}
 }

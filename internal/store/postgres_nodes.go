@@ -224,6 +224,14 @@ func (p pgQuerier) RevokeNode(ctx context.Context, id string) (Node, error) {
 	return pgNodeResult(r, err, "revoke node %q", id)
 }
 
+func (p pgQuerier) ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error) {
+	ids, err := p.q.ListRevokedNodes(ctx, &since)
+	if err != nil {
+		return nil, fmt.Errorf("store: list revoked nodes: %w", err)
+	}
+	return ids, nil
+}
+
 func (p pgQuerier) DeleteNode(ctx context.Context, id string) error {
 	n, err := p.q.DeleteNode(ctx, id)
 	return pgAffected(n, err, "delete node %q", id)

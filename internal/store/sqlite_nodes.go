@@ -229,6 +229,14 @@ func (s sqliteQuerier) RevokeNode(ctx context.Context, id string) (Node, error) 
 	return sqliteNodeResult(r, err, "revoke node %q", id)
 }
 
+func (s sqliteQuerier) ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error) {
+	ids, err := s.q.ListRevokedNodes(ctx, sql.NullInt64{Int64: since.UnixMicro(), Valid: true})
+	if err != nil {
+		return nil, fmt.Errorf("store: list revoked nodes: %w", err)
+	}
+	return ids, nil
+}
+
 func (s sqliteQuerier) DeleteNode(ctx context.Context, id string) error {
 	n, err := s.q.DeleteNode(ctx, id)
 	return sqliteAffected(n, err, "delete node %q", id)

@@ -227,6 +227,30 @@ func (q *Queries) ListInventorySections(ctx context.Context, nodeID string) ([]N
 	return items, nil
 }
 
+const listRevokedNodes = `-- name: ListRevokedNodes :many
+SELECT id FROM nodes WHERE revoked_at >= $1 ORDER BY id
+`
+
+func (q *Queries) ListRevokedNodes(ctx context.Context, since *time.Time) ([]string, error) {
+	rows, err := q.db.Query(ctx, listRevokedNodes, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listTenantNodes = `-- name: ListTenantNodes :many
 SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at FROM nodes WHERE tenant = $1 ORDER BY id
 `

@@ -7,6 +7,7 @@ package sqlitedb
 
 import (
 	"context"
+	"database/sql"
 )
 
 const beginSession = `-- name: BeginSession :one
@@ -223,6 +224,33 @@ func (q *Queries) ListInventorySections(ctx context.Context, nodeID string) ([]N
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listRevokedNodes = `-- name: ListRevokedNodes :many
+SELECT id FROM nodes WHERE revoked_at >= ?1 ORDER BY id
+`
+
+func (q *Queries) ListRevokedNodes(ctx context.Context, since sql.NullInt64) ([]string, error) {
+	rows, err := q.db.QueryContext(ctx, listRevokedNodes, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

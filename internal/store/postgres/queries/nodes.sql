@@ -72,3 +72,6 @@ SET hash = excluded.hash, content = excluded.content, updated_at = excluded.upda
 
 -- name: ListInventorySections :many
 SELECT * FROM node_inventory WHERE node_id = sqlc.arg(node_id) ORDER BY name;
+
+-- name: ListRevokedNodes :many
+SELECT id FROM nodes WHERE revoked_at >= sqlc.arg(since) ORDER BY id;
