@@ -63,8 +63,11 @@ type Node struct {
 	ID string
 	// Tenant owns the node.
 	Tenant string
-	// Pool is the pool its join token named, if any.
+	// Pool is the pool of its tenant it is adopted into ("" for none):
+	// the one its join token named, or AdoptNode's.
 	Pool string
+	// Cordoned nodes keep their reservations but get no new ones.
+	Cordoned bool
 	// Hostname and MachineID are what the node said when it joined.
 	Hostname, MachineID string
 	// State is its lifecycle state.

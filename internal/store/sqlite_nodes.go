@@ -55,7 +55,7 @@ func sqliteNode(r sqlitedb.Node) (Node, error) {
 		return Node{}, fmt.Errorf("node %q: labels: %w", r.ID, err)
 	}
 	return Node{
-		ID: r.ID, Tenant: r.Tenant, Pool: r.Pool, Hostname: r.Hostname, MachineID: r.MachineID,
+		ID: r.ID, Tenant: r.Tenant, Pool: r.Pool, Cordoned: r.Cordoned != 0, Hostname: r.Hostname, MachineID: r.MachineID,
 		State: NodeState(r.State), Labels: labels, BcdVersion: r.BcdVersion,
 		CertSerial: r.CertSerial, CertPublicKey: r.CertPublicKey, CertNotAfter: fromMicros(r.CertNotAfter),
 		SessionEpoch: r.SessionEpoch, BootID: r.BootID, SpecGeneration: r.SpecGeneration,

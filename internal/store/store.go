@@ -6,10 +6,12 @@
 // of Querier, written as SQL in sqlite/queries and postgres/queries, compiled
 // by sqlc once per engine, and wrapped by the engine files (sqlite.go,
 // postgres.go; sqlite_iam.go, postgres_iam.go for the identity queries;
-// sqlite_nodes.go, postgres_nodes.go for the node queries), which turn rows
-// into domain types and errors into ErrNotFound and ErrConflict. The
-// conformance suite (conformance_test.go, iam_conformance_test.go,
-// nodes_conformance_test.go) runs every method on both engines.
+// sqlite_nodes.go, postgres_nodes.go for the node queries;
+// sqlite_capacity.go, postgres_capacity.go for pools and reservations),
+// which turn rows into domain types and errors into ErrNotFound and
+// ErrConflict. The conformance suite (conformance_test.go,
+// iam_conformance_test.go, nodes_conformance_test.go,
+// capacity_conformance_test.go) runs every method on both engines.
 //
 // Adding a query:
 //
@@ -88,6 +90,7 @@ type Querier interface {
 
 	IAMQuerier
 	NodeQuerier
+	CapacityQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.

@@ -38,6 +38,21 @@ type AuthzEpoch struct {
 	Epoch int64
 }
 
+type Device struct {
+	Uuid        string
+	NodeID      string
+	Idx         int64
+	ModelKey    string
+	ModelName   string
+	MemoryBytes int64
+	UpdatedAt   time.Time
+}
+
+type DeviceBooking struct {
+	DeviceUuid    string
+	ReservationID string
+}
+
 type Group struct {
 	Tenant      string
 	Name        string
@@ -85,6 +100,7 @@ type Node struct {
 	LastSeenAt     *time.Time
 	CreatedAt      time.Time
 	RevokedAt      *time.Time
+	Cordoned       bool
 }
 
 type NodeCommand struct {
@@ -126,6 +142,20 @@ type Policy struct {
 	UpdatedAt time.Time
 }
 
+type Pool struct {
+	Tenant      string
+	Name        string
+	Description string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+type PoolOffer struct {
+	PoolTenant string
+	Pool       string
+	Tenant     string
+}
+
 type Principal struct {
 	Tenant      string
 	Name        string
@@ -135,6 +165,29 @@ type Principal struct {
 	Description string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+}
+
+type Reservation struct {
+	ID             string
+	Tenant         string
+	Principal      string
+	PoolTenant     string
+	Pool           string
+	NodeID         string
+	Gpus           int64
+	ModelKey       string
+	State          string
+	IdempotencyKey string
+	RequestHash    []byte
+	CreatedAt      time.Time
+	EndsAt         time.Time
+	BoundAt        *time.Time
+	ReleasedAt     *time.Time
+}
+
+type ReservationDevice struct {
+	ReservationID string
+	DeviceUuid    string
 }
 
 type SchemaMigration struct {

@@ -15,7 +15,7 @@ UPDATE nodes
 SET session_epoch = session_epoch + 1, state = 'ready',
     bcd_version = $1, boot_id = $2, last_seen_at = clock_timestamp()
 WHERE id = $3 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
 `
 
 type BeginSessionParams struct {
@@ -46,6 +46,7 @@ func (q *Queries) BeginSession(ctx context.Context, arg BeginSessionParams) (Nod
 		&i.LastSeenAt,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.Cordoned,
 	)
 	return i, err
 }
@@ -56,7 +57,7 @@ INSERT INTO nodes (id, tenant, pool, hostname, machine_id, labels, bcd_version,
 VALUES ($1, $2, $3, $4, $5, $6,
         $7, $8, $9, $10,
         $11, clock_timestamp())
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
 `
 
 type CreateNodeParams struct {
@@ -107,6 +108,7 @@ func (q *Queries) CreateNode(ctx context.Context, arg CreateNodeParams) (Node, e
 		&i.LastSeenAt,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.Cordoned,
 	)
 	return i, err
 }
@@ -125,7 +127,7 @@ func (q *Queries) DeleteNode(ctx context.Context, id string) (int64, error) {
 }
 
 const getNode = `-- name: GetNode :one
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at FROM nodes WHERE id = $1
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE id = $1
 `
 
 func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
@@ -150,12 +152,13 @@ func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
 		&i.LastSeenAt,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.Cordoned,
 	)
 	return i, err
 }
 
 const listAllNodes = `-- name: ListAllNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at FROM nodes ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes ORDER BY id
 `
 
 func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
@@ -186,6 +189,7 @@ func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
 			&i.LastSeenAt,
 			&i.CreatedAt,
 			&i.RevokedAt,
+			&i.Cordoned,
 		); err != nil {
 			return nil, err
 		}
@@ -252,7 +256,7 @@ func (q *Queries) ListRevokedNodes(ctx context.Context, since *time.Time) ([]str
 }
 
 const listTenantNodes = `-- name: ListTenantNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at FROM nodes WHERE tenant = $1 ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE tenant = $1 ORDER BY id
 `
 
 func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, error) {
@@ -283,6 +287,7 @@ func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, e
 			&i.LastSeenAt,
 			&i.CreatedAt,
 			&i.RevokedAt,
+			&i.Cordoned,
 		); err != nil {
 			return nil, err
 		}
@@ -349,7 +354,7 @@ UPDATE nodes
 SET cert_serial = $1, cert_public_key = $2,
     cert_not_after = $3
 WHERE id = $4 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
 `
 
 type RenewNodeCertParams struct {
@@ -386,6 +391,7 @@ func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (N
 		&i.LastSeenAt,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.Cordoned,
 	)
 	return i, err
 }
@@ -393,7 +399,7 @@ func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (N
 const revokeNode = `-- name: RevokeNode :one
 UPDATE nodes SET state = 'revoked', revoked_at = COALESCE(revoked_at, clock_timestamp())
 WHERE id = $1
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
 `
 
 // A second revocation keeps the first one's time.
@@ -419,6 +425,7 @@ func (q *Queries) RevokeNode(ctx context.Context, id string) (Node, error) {
 		&i.LastSeenAt,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.Cordoned,
 	)
 	return i, err
 }

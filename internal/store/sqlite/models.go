@@ -38,6 +38,21 @@ type AuthzEpoch struct {
 	Epoch int64
 }
 
+type Device struct {
+	Uuid        string
+	NodeID      string
+	Idx         int64
+	ModelKey    string
+	ModelName   string
+	MemoryBytes int64
+	UpdatedAt   int64
+}
+
+type DeviceBooking struct {
+	DeviceUuid    string
+	ReservationID string
+}
+
 type Group struct {
 	Tenant      string
 	Name        string
@@ -85,6 +100,7 @@ type Node struct {
 	LastSeenAt     sql.NullInt64
 	CreatedAt      int64
 	RevokedAt      sql.NullInt64
+	Cordoned       int64
 }
 
 type NodeCommand struct {
@@ -126,6 +142,20 @@ type Policy struct {
 	UpdatedAt int64
 }
 
+type Pool struct {
+	Tenant      string
+	Name        string
+	Description string
+	CreatedAt   int64
+	UpdatedAt   int64
+}
+
+type PoolOffer struct {
+	PoolTenant string
+	Pool       string
+	Tenant     string
+}
+
 type Principal struct {
 	Tenant      string
 	Name        string
@@ -135,6 +165,29 @@ type Principal struct {
 	Description string
 	CreatedAt   int64
 	UpdatedAt   int64
+}
+
+type Reservation struct {
+	ID             string
+	Tenant         string
+	Principal      string
+	PoolTenant     string
+	Pool           string
+	NodeID         string
+	Gpus           int64
+	ModelKey       string
+	State          string
+	IdempotencyKey string
+	RequestHash    []byte
+	CreatedAt      int64
+	EndsAt         int64
+	BoundAt        sql.NullInt64
+	ReleasedAt     sql.NullInt64
+}
+
+type ReservationDevice struct {
+	ReservationID string
+	DeviceUuid    string
 }
 
 type SchemaMigration struct {

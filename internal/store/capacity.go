@@ -1,0 +1,397 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The capacity rows: pools and their offers to other tenants, the GPUs of
+// adopted nodes, and reservations of those GPUs with the bookings that keep
+// any GPU from being held twice.
+
+// ErrExhausted means a reservation cannot be placed: its pool has fewer
+// matching GPUs free than it asked for. The wrapping error says how many
+// are free; test it with errors.Is.
+var ErrExhausted = errors.New("exhausted")
+
+// errBadGPUs is returned by PlaceReservation for a count of GPUs below one.
+var errBadGPUs = errors.New("a reservation holds at least one GPU")
+
+// Pool is a named set of a tenant's nodes that reservations draw from. It
+// belongs to one tenant (the platform's for platform pools) and may be
+// offered to others.
+type Pool struct {
+	// Tenant owns the pool; Tenant and Name are the key.
+	Tenant, Name string
+	// Description says what it is for.
+	Description string
+	// CreatedAt and UpdatedAt come from the store's clock.
+	CreatedAt, UpdatedAt time.Time
+}
+
+// PoolOffer lets Tenant's users reserve from the pool PoolTenant/Pool.
+type PoolOffer struct {
+	// PoolTenant and Pool name the pool.
+	PoolTenant, Pool string
+	// Tenant is the tenant it is offered to.
+	Tenant string
+}
+
+// Device is one GPU of a node, bookable once its node is adopted.
+type Device struct {
+	// UUID is the GPU's UUID as the driver reports it, and its key.
+	UUID string
+	// NodeID is the node it is in.
+	NodeID string
+	// Index is its index on the node.
+	Index int
+	// ModelKey is its model's catalog key ("h100-sxm"); ModelName the
+	// name the driver reported.
+	ModelKey, ModelName string
+	// MemoryBytes is its memory.
+	MemoryBytes int64
+	// UpdatedAt comes from the store's clock.
+	UpdatedAt time.Time
+}
+
+// ReservationState is where a reservation is in its lifecycle.
+type ReservationState string
+
+const (
+	// ReservationPlaced holds its GPUs; the node has not yet reported them.
+	ReservationPlaced ReservationState = "placed"
+	// ReservationBound holds its GPUs, and the node reported them bound.
+	ReservationBound ReservationState = "bound"
+	// ReservationReleased was released; its GPUs are free.
+	ReservationReleased ReservationState = "released"
+	// ReservationExpired reached EndsAt by the store's clock; its GPUs are
+	// free.
+	ReservationExpired ReservationState = "expired"
+)
+
+// Reservation is a tenant's hold on GPUs of a pool until EndsAt.
+type Reservation struct {
+	// ID is the reservation's key.
+	ID string
+	// Tenant and Principal made it.
+	Tenant, Principal string
+	// PoolTenant and Pool name the pool its GPUs come from.
+	PoolTenant, Pool string
+	// NodeID is the node of its GPUs, or "" when they span nodes.
+	NodeID string
+	// GPUs is how many it holds; ModelKey the model asked for ("" for any).
+	GPUs     int
+	ModelKey string
+	// State is where it is.
+	State ReservationState
+	// IdempotencyKey, when set, is unique per tenant; RequestHash is the
+	// hash of the request that made it, to tell a retry from a reuse.
+	IdempotencyKey string
+	RequestHash    []byte
+	// DeviceUUIDs are the GPUs it holds (or held), sorted.
+	DeviceUUIDs []string
+	// CreatedAt and EndsAt come from the store's clock; BoundAt and
+	// ReleasedAt (release or expiry) are zero until then.
+	CreatedAt, EndsAt, BoundAt, ReleasedAt time.Time
+}
+
+// Active reports whether r holds its GPUs (placed or bound).
+func (r Reservation) Active() bool {
+	return r.State == ReservationPlaced || r.State == ReservationBound
+}
+
+// Placement is a request for GPUs that PlaceReservation places.
+type Placement struct {
+	// ID is the new reservation's id.
+	ID string
+	// Tenant and Principal make it.
+	Tenant, Principal string
+	// PoolTenant and Pool name the pool.
+	PoolTenant, Pool string
+	// GPUs is how many, at least one.
+	GPUs int
+	// ModelKey restricts it to one model; "" takes any.
+	ModelKey string
+	// SameNode takes all the GPUs from one node.
+	SameNode bool
+	// EndsAt is when it expires, by the store's clock.
+	EndsAt time.Time
+	// IdempotencyKey and RequestHash: see Reservation.
+	IdempotencyKey string
+	RequestHash    []byte
+}
+
+// ReservationFilter selects reservations; a zero field matches all.
+type ReservationFilter struct {
+	// Tenant is the tenant that made them.
+	Tenant string
+	// PoolTenant and Pool name the pool they draw from.
+	PoolTenant, Pool string
+	// NodeID is the node of their GPUs.
+	NodeID string
+	// State is where they are.
+	State ReservationState
+	// Limit bounds the result and must be positive.
+	Limit int
+}
+
+// CapacityQuerier is the capacity part of Querier, with the same
+// conventions as IAMQuerier.
+type CapacityQuerier interface {
+	// CreatePool inserts p, stamping CreatedAt and UpdatedAt; ErrConflict
+	// when the tenant has a pool of that name, ErrNotFound for a missing
+	// tenant.
+	CreatePool(ctx context.Context, p Pool) (Pool, error)
+	// GetPool returns one pool.
+	GetPool(ctx context.Context, tenant, name string) (Pool, error)
+	// ListPools returns a tenant's own pools by name.
+	ListPools(ctx context.Context, tenant string) ([]Pool, error)
+	// ListPoolsOfferedTo returns the pools of other tenants offered to
+	// tenant, by tenant and name.
+	ListPoolsOfferedTo(ctx context.Context, tenant string) ([]Pool, error)
+	// UpdatePool sets a pool's description, stamping UpdatedAt.
+	UpdatePool(ctx context.Context, tenant, name, description string) (Pool, error)
+	// DeletePool deletes a pool with its offers; ErrConflict while a node
+	// is adopted into it or one of its reservations is active, because
+	// both would then point at nothing.
+	DeletePool(ctx context.Context, tenant, name string) error
+	// OfferPool offers a pool to tenant; offering it again is a no-op.
+	// ErrNotFound for a missing pool or tenant.
+	OfferPool(ctx context.Context, poolTenant, pool, tenant string) error
+	// UnofferPool withdraws an offer; ErrNotFound when there was none. It
+	// leaves the tenant's reservations in the pool as they are.
+	UnofferPool(ctx context.Context, poolTenant, pool, tenant string) error
+	// ListPoolOffers returns a pool's offers by tenant.
+	ListPoolOffers(ctx context.Context, poolTenant, pool string) ([]PoolOffer, error)
+
+	// AdoptNode puts a node into a pool of its own tenant, from which its
+	// GPUs may then be reserved; ErrNotFound for a missing node or pool,
+	// ErrConflict when the pool belongs to another tenant. A node is in one
+	// pool at a time: adopting it again moves it, leaving its active
+	// reservations as they are.
+	AdoptNode(ctx context.Context, nodeID, poolTenant, pool string) (Node, error)
+	// SetNodeCordoned cordons or uncordons a node: a cordoned node keeps
+	// its reservations but gets no new ones.
+	SetNodeCordoned(ctx context.Context, nodeID string, cordoned bool) (Node, error)
+
+	// SyncNodeDevices makes devices the node's GPUs: it inserts or updates
+	// each, stamping UpdatedAt, and deletes the node's others, except a GPU
+	// that is booked, which stays (and stays booked) until its reservation
+	// ends, so that a GPU missing from one inventory report is never handed
+	// to a second reservation. ErrNotFound for a missing node.
+	SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) error
+	// ListNodeDevices returns a node's GPUs by index.
+	ListNodeDevices(ctx context.Context, nodeID string) ([]Device, error)
+
+	// PlaceReservation books p.GPUs GPUs free now on the pool's ready,
+	// uncordoned nodes, of p.ModelKey when set, and inserts the placed
+	// reservation holding them. It picks from the nodes with the fewest
+	// free GPUs first (with SameNode, the one node with the fewest that
+	// still fits), to keep big nodes whole for big requests. Call it inside
+	// InTx: it reads, then writes. It fails with ErrExhausted, saying how
+	// many matching GPUs are free, when too few are; ErrNotFound for a
+	// missing pool. A booking that collides with a concurrent one is
+	// ErrConflict (or, on PostgreSQL, a serialization failure that InTx
+	// retries): the store refuses a double booking whatever runs
+	// concurrently, and the caller runs the transaction again.
+	//
+	// When the tenant has a reservation with p.IdempotencyKey, it returns
+	// that reservation, booking nothing, if p.RequestHash matches, and
+	// ErrConflict if not (the key was reused for a different request).
+	PlaceReservation(ctx context.Context, p Placement) (Reservation, error)
+	// GetReservation returns one reservation.
+	GetReservation(ctx context.Context, id string) (Reservation, error)
+	// ListReservations returns the reservations f selects, newest first.
+	ListReservations(ctx context.Context, f ReservationFilter) ([]Reservation, error)
+	// BindReservation records that nodeID holds a placed reservation's
+	// GPUs: placed becomes bound, stamping BoundAt. ErrConflict when it is
+	// not placed or is on another node (one that spans nodes is bound by
+	// any of them).
+	BindReservation(ctx context.Context, id, nodeID string) (Reservation, error)
+	// ReleaseReservation ends a placed or bound reservation and frees its
+	// GPUs in the same statement; ErrConflict when it already ended.
+	ReleaseReservation(ctx context.Context, id string) (Reservation, error)
+	// ExtendReservation moves a placed or bound reservation's EndsAt;
+	// ErrConflict when it ended, or reached EndsAt by the store's clock
+	// before the sweeper expired it.
+	ExtendReservation(ctx context.Context, id string, endsAt time.Time) (Reservation, error)
+	// ExpireReservations ends every placed or bound reservation whose
+	// EndsAt passed by the store's clock, freeing its GPUs, and returns
+	// them, oldest first.
+	ExpireReservations(ctx context.Context) ([]Reservation, error)
+	// FreeDevices counts, by model key, the GPUs a placement in the pool
+	// could book now; only modelKey's when it is set.
+	FreeDevices(ctx context.Context, poolTenant, pool, modelKey string) (map[string]int, error)
+}
+
+// freeDevice is a GPU that PlaceReservation may book.
+type freeDevice struct {
+	uuid, nodeID string
+}
+
+// placer is what placeReservation needs from an engine: the reads and the
+// one write of a placement.
+type placer interface {
+	GetPool(ctx context.Context, tenant, name string) (Pool, error)
+	// reservationByKey returns the tenant's reservation with key, and
+	// whether there is one.
+	reservationByKey(ctx context.Context, tenant, key string) (Reservation, bool, error)
+	// freeDevices returns the pool's bookable GPUs (of modelKey when set),
+	// by node and index.
+	freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]freeDevice, error)
+	// insertReservation inserts the reservation and books uuids for it.
+	insertReservation(ctx context.Context, p Placement, nodeID string, uuids []string) (Reservation, error)
+}
+
+// placeReservation is PlaceReservation on either engine: the choice of
+// GPUs does not depend on the engine, and the bookings' primary key, not
+// this code, is what refuses a double booking.
+func placeReservation(ctx context.Context, e placer, p Placement) (Reservation, error) {
+	fail := func(err error) (Reservation, error) {
+		return Reservation{}, fmt.Errorf("store: place reservation %q in pool %s/%s: %w", p.ID, p.PoolTenant, p.Pool, err)
+	}
+	if p.GPUs < 1 {
+		return fail(fmt.Errorf("%w (got %d)", errBadGPUs, p.GPUs))
+	}
+	if p.IdempotencyKey != "" {
+		r, ok, err := e.reservationByKey(ctx, p.Tenant, p.IdempotencyKey)
+		switch {
+		case err != nil:
+			return fail(err)
+		case ok && bytes.Equal(r.RequestHash, p.RequestHash):
+			return r, nil
+		case ok:
+			return fail(fmt.Errorf("idempotency key reused with a different request: %w", ErrConflict))
+		}
+	}
+	if _, err := e.GetPool(ctx, p.PoolTenant, p.Pool); err != nil {
+		return fail(err)
+	}
+	free, err := e.freeDevices(ctx, p.PoolTenant, p.Pool, p.ModelKey)
+	if err != nil {
+		return fail(err)
+	}
+	nodeID, uuids, err := chooseDevices(p, free)
+	if err != nil {
+		return fail(err)
+	}
+	r, err := e.insertReservation(ctx, p, nodeID, uuids)
+	if err != nil {
+		return fail(err)
+	}
+	return r, nil
+}
+
+// chooseDevices picks p.GPUs of free, from the nodes with the fewest free
+// GPUs first, and returns them sorted with their node ("" when they span
+// nodes), or an ErrExhausted that says what is free.
+func chooseDevices(p Placement, free []freeDevice) (string, []string, error) {
+	byNode := map[string][]string{}
+	var nodes []string
+	for _, d := range free {
+		if _, ok := byNode[d.nodeID]; !ok {
+			nodes = append(nodes, d.nodeID)
+		}
+		byNode[d.nodeID] = append(byNode[d.nodeID], d.uuid)
+	}
+	slices.SortFunc(nodes, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(byNode[a]), len(byNode[b])), strings.Compare(a, b))
+	})
+	model := ""
+	if p.ModelKey != "" {
+		model = " of model " + p.ModelKey
+	}
+	if len(free) < p.GPUs {
+		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s; %d asked: %w",
+			p.PoolTenant, p.Pool, len(free), model, p.GPUs, ErrExhausted)
+	}
+	if p.SameNode {
+		most := 0
+		for _, n := range nodes {
+			if len(byNode[n]) >= p.GPUs {
+				uuids := slices.Clone(byNode[n][:p.GPUs])
+				slices.Sort(uuids)
+				return n, uuids, nil
+			}
+			most = max(most, len(byNode[n]))
+		}
+		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s but at most %d on one node; %d asked on one node: %w",
+			p.PoolTenant, p.Pool, len(free), model, most, p.GPUs, ErrExhausted)
+	}
+	var uuids []string
+	var used []string
+	for _, n := range nodes {
+		take := min(p.GPUs-len(uuids), len(byNode[n]))
+		uuids = append(uuids, byNode[n][:take]...)
+		used = append(used, n)
+		if len(uuids) == p.GPUs {
+			break
+		}
+	}
+	slices.Sort(uuids)
+	if len(used) == 1 {
+		return used[0], uuids, nil
+	}
+	return "", uuids, nil
+}
+
+// checkReservationFilter refuses a filter the store cannot run.
+func checkReservationFilter(f ReservationFilter) error {
+	return checkLimit("list reservations", f.Limit)
+}
+
+// withDevices sets each reservation's DeviceUUIDs from pairs of
+// (reservation id, device uuid), sorted by uuid within a reservation.
+func withDevices(rs []Reservation, pairs [][2]string) []Reservation {
+	idx := make(map[string]int, len(rs))
+	for i, r := range rs {
+		idx[r.ID] = i
+	}
+	for _, p := range pairs {
+		if i, ok := idx[p[0]]; ok {
+			rs[i].DeviceUUIDs = append(rs[i].DeviceUUIDs, p[1])
+		}
+	}
+	return rs
+}
+
+// reservationIDs returns the ids of rs.
+func reservationIDs(rs []Reservation) []string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// sortReservations orders the rows an UPDATE ... RETURNING gave, which
+// come in no defined order, oldest first.
+func sortReservations(rs []Reservation) {
+	slices.SortFunc(rs, func(a, b Reservation) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+}
+
+// deviceUUIDs returns the UUIDs of devices.
+func deviceUUIDs(devices []Device) []string {
+	uuids := make([]string, len(devices))
+	for i, d := range devices {
+		uuids[i] = d.UUID
+	}
+	return uuids
+}
+
+// poolOffers returns the offers of a pool to tenants.
+func poolOffers(poolTenant, pool string, tenants []string) []PoolOffer {
+	out := make([]PoolOffer, len(tenants))
+	for i, t := range tenants {
+		out[i] = PoolOffer{PoolTenant: poolTenant, Pool: pool, Tenant: t}
+	}
+	return out
+}

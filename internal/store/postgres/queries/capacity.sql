@@ -1,0 +1,160 @@
+-- name: CreatePool :one
+INSERT INTO pools (tenant, name, description, created_at, updated_at)
+VALUES (sqlc.arg(tenant), sqlc.arg(name), sqlc.arg(description), clock_timestamp(), clock_timestamp())
+RETURNING *;
+
+-- name: GetPool :one
+SELECT * FROM pools WHERE tenant = sqlc.arg(tenant) AND name = sqlc.arg(name);
+
+-- name: ListPools :many
+SELECT * FROM pools WHERE tenant = sqlc.arg(tenant) ORDER BY name;
+
+-- name: ListPoolsOfferedTo :many
+-- Other tenants' pools offered to tenant; its own pools are in ListPools.
+SELECT p.* FROM pools p
+JOIN pool_offers o ON o.pool_tenant = p.tenant AND o.pool = p.name
+WHERE o.tenant = sqlc.arg(tenant) AND p.tenant <> sqlc.arg(tenant)
+ORDER BY p.tenant, p.name;
+
+-- name: UpdatePool :one
+UPDATE pools SET description = sqlc.arg(description), updated_at = clock_timestamp()
+WHERE pools.tenant = sqlc.arg(tenant) AND pools.name = sqlc.arg(name)
+RETURNING *;
+
+-- name: DeletePool :execrows
+-- Refused, by deleting nothing, while a node is adopted into the pool or a
+-- reservation in it is active; its offers go with it (ON DELETE CASCADE).
+DELETE FROM pools
+WHERE pools.tenant = sqlc.arg(tenant) AND pools.name = sqlc.arg(name)
+  AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.tenant = sqlc.arg(tenant) AND nodes.pool = sqlc.arg(name))
+  AND NOT EXISTS (SELECT 1 FROM reservations r
+                  WHERE r.pool_tenant = sqlc.arg(tenant) AND r.pool = sqlc.arg(name)
+                    AND r.state IN ('placed', 'bound'));
+
+-- name: OfferPool :exec
+INSERT INTO pool_offers (pool_tenant, pool, tenant)
+VALUES (sqlc.arg(pool_tenant), sqlc.arg(pool), sqlc.arg(tenant))
+ON CONFLICT DO NOTHING;
+
+-- name: UnofferPool :execrows
+DELETE FROM pool_offers
+WHERE pool_tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool) AND tenant = sqlc.arg(tenant);
+
+-- name: ListPoolOffers :many
+SELECT tenant FROM pool_offers
+WHERE pool_tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool)
+ORDER BY tenant;
+
+-- name: AdoptNode :one
+-- A node is adopted only into a pool of its own tenant; the caller tells a
+-- missing node from a tenant mismatch when this changes nothing.
+UPDATE nodes SET pool = sqlc.arg(pool)
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant)
+RETURNING *;
+
+-- name: SetNodeCordoned :one
+UPDATE nodes SET cordoned = sqlc.arg(cordoned) WHERE id = sqlc.arg(id)
+RETURNING *;
+
+-- name: UpsertDevice :exec
+INSERT INTO devices (uuid, node_id, idx, model_key, model_name, memory_bytes, updated_at)
+VALUES (sqlc.arg(uuid), sqlc.arg(node_id), sqlc.arg(idx), sqlc.arg(model_key), sqlc.arg(model_name),
+        sqlc.arg(memory_bytes), clock_timestamp())
+ON CONFLICT (uuid) DO UPDATE
+SET node_id = excluded.node_id, idx = excluded.idx, model_key = excluded.model_key,
+    model_name = excluded.model_name, memory_bytes = excluded.memory_bytes, updated_at = excluded.updated_at;
+
+-- name: DeleteMissingDevices :execrows
+-- The node's GPUs not in uuids (an array), except booked ones: those
+-- stay until their reservation ends.
+DELETE FROM devices
+WHERE node_id = sqlc.arg(node_id)
+  AND uuid <> ALL(sqlc.arg(uuids)::text[])
+  AND uuid NOT IN (SELECT device_uuid FROM device_bookings);
+
+-- name: ListNodeDevices :many
+SELECT * FROM devices WHERE node_id = sqlc.arg(node_id) ORDER BY idx, uuid;
+
+-- name: FreeDevicesForPlacement :many
+-- The GPUs bookable now in a pool: on its ready, uncordoned nodes, of the
+-- model asked for (NULL: any), and not booked.
+SELECT d.uuid, d.node_id, d.idx, d.model_key FROM devices d
+JOIN nodes n ON n.id = d.node_id
+WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND NOT n.cordoned
+  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key)::text IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
+ORDER BY d.node_id, d.idx, d.uuid;
+
+-- name: CountFreeDevices :many
+-- FreeDevicesForPlacement's GPUs counted by model.
+SELECT d.model_key, COUNT(*)::bigint AS free FROM devices d
+JOIN nodes n ON n.id = d.node_id
+WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND NOT n.cordoned
+  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key)::text IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
+GROUP BY d.model_key
+ORDER BY d.model_key;
+
+-- name: InsertReservation :one
+INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
+                          idempotency_key, request_hash, created_at, ends_at)
+VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(principal), sqlc.arg(pool_tenant), sqlc.arg(pool),
+        sqlc.arg(node_id), sqlc.arg(gpus), sqlc.arg(model_key), sqlc.arg(idempotency_key),
+        sqlc.arg(request_hash), clock_timestamp(), sqlc.arg(ends_at))
+RETURNING *;
+
+-- name: InsertReservationDevices :exec
+INSERT INTO reservation_devices (reservation_id, device_uuid)
+SELECT sqlc.arg(reservation_id)::text, unnest(sqlc.arg(uuids)::text[]);
+
+-- name: InsertDeviceBookings :exec
+-- Fails on the primary key when any of the GPUs is booked already.
+INSERT INTO device_bookings (device_uuid, reservation_id)
+SELECT unnest(sqlc.arg(uuids)::text[]), sqlc.arg(reservation_id)::text;
+
+-- name: ListReservationDevices :many
+SELECT reservation_id, device_uuid FROM reservation_devices
+WHERE reservation_id = ANY(sqlc.arg(ids)::text[])
+ORDER BY reservation_id, device_uuid;
+
+-- name: GetReservation :one
+SELECT * FROM reservations WHERE id = sqlc.arg(id);
+
+-- name: GetReservationByKey :one
+SELECT * FROM reservations
+WHERE tenant = sqlc.arg(tenant) AND idempotency_key = sqlc.arg(idempotency_key) AND idempotency_key <> '';
+
+-- name: ListReservations :many
+-- Unset filters are NULL.
+SELECT * FROM reservations
+WHERE (tenant = sqlc.narg(tenant) OR sqlc.narg(tenant)::text IS NULL)
+  AND (pool_tenant = sqlc.narg(pool_tenant) OR sqlc.narg(pool_tenant)::text IS NULL)
+  AND (pool = sqlc.narg(pool) OR sqlc.narg(pool)::text IS NULL)
+  AND (node_id = sqlc.narg(node_id) OR sqlc.narg(node_id)::text IS NULL)
+  AND (state = sqlc.narg(state) OR sqlc.narg(state)::text IS NULL)
+ORDER BY created_at DESC, id DESC
+LIMIT sqlc.arg(lim);
+
+-- name: BindReservation :one
+-- A reservation that spans nodes (node_id '') is bound by any of them.
+UPDATE reservations SET state = 'bound', bound_at = clock_timestamp()
+WHERE id = sqlc.arg(id) AND state = 'placed' AND (node_id = sqlc.arg(node_id) OR node_id = '')
+RETURNING *;
+
+-- name: ReleaseReservation :one
+-- The trigger reservations_free_bookings deletes its bookings.
+UPDATE reservations SET state = 'released', released_at = clock_timestamp()
+WHERE id = sqlc.arg(id) AND state IN ('placed', 'bound')
+RETURNING *;
+
+-- name: ExtendReservation :one
+-- Only an active reservation that has not ended by the store's clock.
+UPDATE reservations SET ends_at = sqlc.arg(ends_at)
+WHERE id = sqlc.arg(id) AND state IN ('placed', 'bound') AND ends_at > clock_timestamp()
+RETURNING *;
+
+-- name: ExpireReservations :many
+-- The trigger reservations_free_bookings deletes their bookings.
+UPDATE reservations SET state = 'expired', released_at = clock_timestamp()
+WHERE state IN ('placed', 'bound') AND ends_at <= clock_timestamp()
+RETURNING *;
