@@ -42,6 +42,8 @@ type Client struct {
 	Nodes apiv1connect.NodeServiceClient
 	// JoinTokens manages the tokens nodes join with.
 	JoinTokens apiv1connect.JoinTokenServiceClient
+	// Pools manages pools of nodes and offers them to tenants.
+	Pools apiv1connect.PoolServiceClient
 
 	baseURL string
 }
@@ -99,6 +101,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		Audit:           apiv1connect.NewAuditServiceClient(hc, base, copts...),
 		Nodes:           apiv1connect.NewNodeServiceClient(hc, base, copts...),
 		JoinTokens:      apiv1connect.NewJoinTokenServiceClient(hc, base, copts...),
+		Pools:           apiv1connect.NewPoolServiceClient(hc, base, copts...),
 		baseURL:         base,
 	}, nil
 }

@@ -16,6 +16,7 @@ const (
 	typePolicy         = "Policy"
 	typeNode           = "Node"
 	typeJoinToken      = "JoinToken"
+	typePool           = "Pool"
 )
 
 // resourceFor builds the resource of the given type, tenant and id.

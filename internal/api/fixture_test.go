@@ -29,6 +29,9 @@ import (
 //	          groups admins, staff, doomed-group; policies tenant-admins, spare
 //	globex:   carol (in admins), bob; the same policy set
 //	doomed:   a tenant to delete
+//
+// acme and globex each have pools main (offered to the platform) and
+// spare-pool, nodes and join tokens.
 type fixture struct {
 	t      *testing.T
 	store  *store.Store
@@ -116,6 +119,15 @@ func newFixture(t *testing.T, engine store.Engine) *fixture {
 		id, _, err := iam.ParseToken(secret)
 		must(err)
 		f.tokenIDs[purpose] = id
+	}
+	// Per tenant: pool main (offered to the platform), adopted into and
+	// offered by the tests, and pool spare-pool, deleted by the test.
+	for _, tn := range []string{"acme", "globex"} {
+		for _, name := range []string{"main", "spare-pool"} {
+			_, err := st.CreatePool(ctx, store.Pool{Tenant: tn, Name: name})
+			must(err)
+		}
+		must(st.OfferPool(ctx, tn, "main", "platform"))
 	}
 	// Per tenant: node 1 (inspected, gets commands), node 2 (revoked by the
 	// test), node 3 (already revoked, deleted by the test), a command on

@@ -100,6 +100,17 @@ var matrix = map[string]row{
 		return in(t, "nodeId", "n-"+t+"-1", "id", f.tokenIDs[t+"/command"])
 	}},
 	"/bettercompute.api.v1.NodeService/ListCommands": {body: func(_ *fixture, t string) map[string]any { return in(t, "nodeId", "n-"+t+"-1") }},
+	"/bettercompute.api.v1.NodeService/AdoptNode":    {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1", "pool", "main") }},
+	"/bettercompute.api.v1.NodeService/CordonNode":   {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
+	"/bettercompute.api.v1.NodeService/UncordonNode": {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
+
+	"/bettercompute.api.v1.PoolService/CreatePool":  {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "newpool", "description", "New") }},
+	"/bettercompute.api.v1.PoolService/ListPools":   {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.PoolService/GetPool":     {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main") }},
+	"/bettercompute.api.v1.PoolService/UpdatePool":  {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main", "description", "Main") }},
+	"/bettercompute.api.v1.PoolService/DeletePool":  {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "spare-pool") }},
+	"/bettercompute.api.v1.PoolService/OfferPool":   {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main", "toTenant", "globex") }},
+	"/bettercompute.api.v1.PoolService/UnofferPool": {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main", "toTenant", "platform") }},
 
 	"/bettercompute.api.v1.JoinTokenService/CreateJoinToken": {body: func(_ *fixture, t string) map[string]any { return in(t, "ttl", "3600s") }},
 	"/bettercompute.api.v1.JoinTokenService/ListJoinTokens":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},

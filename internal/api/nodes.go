@@ -237,6 +237,70 @@ func (s *nodeService) ListCommands(ctx context.Context, req *connect.Request[api
 	return connect.NewResponse(res), nil
 }
 
+func (s *nodeService) AdoptNode(ctx context.Context, req *connect.Request[apiv1.AdoptNodeRequest]) (*connect.Response[apiv1.AdoptNodeResponse], error) {
+	call := callFrom(ctx)
+	pool := req.Msg.GetPool()
+	if err := checkName("pool", pool, false); err != nil {
+		return nil, err
+	}
+	var n store.Node
+	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		cur, err := getNode(ctx, q, call, req.Msg.GetId())
+		if err != nil {
+			return err
+		}
+		// The pool must be the node's tenant's (the call's, unless the
+		// platform acts on a node of another tenant from its own).
+		if _, err := q.GetPool(ctx, cur.Tenant, pool); err != nil {
+			return notFoundAs(err, typePool, cur.Tenant, pool)
+		}
+		n, err = q.AdoptNode(ctx, cur.ID, cur.Tenant, pool)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, err := nodeProto(n, nil)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.AdoptNodeResponse{Node: p}), nil
+}
+
+func (s *nodeService) CordonNode(ctx context.Context, req *connect.Request[apiv1.CordonNodeRequest]) (*connect.Response[apiv1.CordonNodeResponse], error) {
+	n, err := s.setCordoned(ctx, req.Msg.GetId(), true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.CordonNodeResponse{Node: n}), nil
+}
+
+func (s *nodeService) UncordonNode(ctx context.Context, req *connect.Request[apiv1.UncordonNodeRequest]) (*connect.Response[apiv1.UncordonNodeResponse], error) {
+	n, err := s.setCordoned(ctx, req.Msg.GetId(), false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.UncordonNodeResponse{Node: n}), nil
+}
+
+// setCordoned cordons or uncordons a node of the call's tenant.
+func (s *nodeService) setCordoned(ctx context.Context, id string, cordoned bool) (*apiv1.Node, error) {
+	call := callFrom(ctx)
+	var n store.Node
+	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		if _, err := getNode(ctx, q, call, id); err != nil {
+			return err
+		}
+		var err error
+		n, err = q.SetNodeCordoned(ctx, id, cordoned)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return nodeProto(n, nil)
+}
+
 // newCommandID makes a command id: random, so ids never collide across
 // gateways and restarts.
 func newCommandID() string {
@@ -275,6 +339,7 @@ func nodeProto(n store.Node, sections []store.InventorySection) (*apiv1.Node, er
 		CreateTime:            ts(n.CreatedAt),
 		RevokeTime:            ts(n.RevokedAt),
 		SpecGeneration:        n.SpecGeneration,
+		Cordoned:              n.Cordoned,
 	}
 	if len(n.Conditions) > 0 {
 		// The gateway stores conditions as a JSON array of protojson objects.

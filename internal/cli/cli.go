@@ -94,6 +94,7 @@ func newRoot(env Env) *cobra.Command {
 		newAuditCommand(g),
 		newNodesCommand(g),
 		newJoinTokensCommand(g),
+		newPoolsCommand(g),
 	)
 	return root
 }

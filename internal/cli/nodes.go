@@ -32,6 +32,9 @@ func newNodesCommand(g *globals) *cobra.Command {
 		newNodesExecCommand(g),
 		newNodesCommandsCommand(g),
 		newNodesInstallScriptCommand(g),
+		newNodesAdoptCommand(g),
+		newNodesCordonCommand(g, "cordon", "Stop a node from getting new reservations; it keeps those it has"),
+		newNodesCordonCommand(g, "uncordon", "Let a cordoned node get new reservations again"),
 	)
 	return cmd
 }
@@ -117,6 +120,7 @@ func nodeTable(n *apiv1.Node) table {
 		fmt.Fprintf(w, "state\t%s\n", nodeState(n.GetState()))
 		fmt.Fprintf(w, "tenant\t%s\n", n.GetTenant())
 		fmt.Fprintf(w, "pool\t%s\n", orDash(n.GetPool()))
+		fmt.Fprintf(w, "cordoned\t%t\n", n.GetCordoned())
 		keys := make([]string, 0, len(n.GetLabels()))
 		for k := range n.GetLabels() {
 			keys = append(keys, k)
@@ -149,6 +153,70 @@ func nodeTable(n *apiv1.Node) table {
 			fmt.Fprintf(w, "condition\t%s: %s %s\n", cond.GetType(), state, cond.GetMessage())
 		}
 	}
+}
+
+func newNodesAdoptCommand(g *globals) *cobra.Command {
+	req := &apiv1.AdoptNodeRequest{}
+	cmd := &cobra.Command{
+		Use:               "adopt ID --pool P",
+		Short:             "Put a node into a pool of its tenant, so that its GPUs can be reserved",
+		Args:              exactArgs(1),
+		ValidArgsFunction: firstArg(completeNodes(g)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Id = args[0]
+			if req.Pool == "" {
+				return usageErrorf("--pool is required: name the pool to adopt the node into")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Nodes.AdoptNode(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return callError(c, err)
+			}
+			return g.printer(cmd).print(docOf(res.Msg), nodeTable(res.Msg.GetNode()))
+		},
+	}
+	addTenantFlag(g, cmd, &req.Tenant)
+	cmd.Flags().StringVar(&req.Pool, "pool", "", "the pool to adopt the node into")
+	_ = cmd.RegisterFlagCompletionFunc("pool", completePools(g))
+	return cmd
+}
+
+// newNodesCordonCommand makes nodes cordon or nodes uncordon.
+func newNodesCordonCommand(g *globals, verb, short string) *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:               verb + " ID",
+		Short:             short,
+		Args:              exactArgs(1),
+		ValidArgsFunction: firstArg(completeNodes(g)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var node *apiv1.Node
+			var doc document
+			if verb == "cordon" {
+				res, err := c.Nodes.CordonNode(cmd.Context(), connect.NewRequest(&apiv1.CordonNodeRequest{Tenant: tenant, Id: args[0]}))
+				if err != nil {
+					return callError(c, err)
+				}
+				node, doc = res.Msg.GetNode(), docOf(res.Msg)
+			} else {
+				res, err := c.Nodes.UncordonNode(cmd.Context(), connect.NewRequest(&apiv1.UncordonNodeRequest{Tenant: tenant, Id: args[0]}))
+				if err != nil {
+					return callError(c, err)
+				}
+				node, doc = res.Msg.GetNode(), docOf(res.Msg)
+			}
+			return g.printer(cmd).print(doc, nodeTable(node))
+		},
+	}
+	addTenantFlag(g, cmd, &tenant)
+	return cmd
 }
 
 func newNodesRevokeCommand(g *globals) *cobra.Command {

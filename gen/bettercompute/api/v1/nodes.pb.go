@@ -185,8 +185,10 @@ type Node struct {
 	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
 	// The spec generation the control plane wants.
 	SpecGeneration int64 `protobuf:"varint,15,opt,name=spec_generation,json=specGeneration,proto3" json:"spec_generation,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Whether the node is cordoned: it keeps its reservations but gets no new ones.
+	Cordoned      bool `protobuf:"varint,16,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -322,6 +324,13 @@ func (x *Node) GetSpecGeneration() int64 {
 		return x.SpecGeneration
 	}
 	return 0
+}
+
+func (x *Node) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
 }
 
 // NodeCommand is a command sent to a node and its outcome.
@@ -1195,6 +1204,318 @@ func (x *ListCommandsResponse) GetCommands() []*NodeCommand {
 	return nil
 }
 
+// AdoptNodeRequest names a node and the pool to adopt it into.
+type AdoptNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The node's id.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The pool, of the node's tenant.
+	Pool          string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptNodeRequest) Reset() {
+	*x = AdoptNodeRequest{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptNodeRequest) ProtoMessage() {}
+
+func (x *AdoptNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptNodeRequest.ProtoReflect.Descriptor instead.
+func (*AdoptNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AdoptNodeRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *AdoptNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AdoptNodeRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// AdoptNodeResponse returns the adopted node.
+type AdoptNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node after adoption.
+	Node          *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptNodeResponse) Reset() {
+	*x = AdoptNodeResponse{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptNodeResponse) ProtoMessage() {}
+
+func (x *AdoptNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptNodeResponse.ProtoReflect.Descriptor instead.
+func (*AdoptNodeResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AdoptNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+// CordonNodeRequest names a node.
+type CordonNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The node's id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CordonNodeRequest) Reset() {
+	*x = CordonNodeRequest{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CordonNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CordonNodeRequest) ProtoMessage() {}
+
+func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
+func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CordonNodeRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CordonNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// CordonNodeResponse returns the cordoned node.
+type CordonNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node after the change.
+	Node          *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CordonNodeResponse) Reset() {
+	*x = CordonNodeResponse{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CordonNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CordonNodeResponse) ProtoMessage() {}
+
+func (x *CordonNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CordonNodeResponse.ProtoReflect.Descriptor instead.
+func (*CordonNodeResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CordonNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+// UncordonNodeRequest names a node.
+type UncordonNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The node's id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UncordonNodeRequest) Reset() {
+	*x = UncordonNodeRequest{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UncordonNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UncordonNodeRequest) ProtoMessage() {}
+
+func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UncordonNodeRequest.ProtoReflect.Descriptor instead.
+func (*UncordonNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UncordonNodeRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *UncordonNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// UncordonNodeResponse returns the uncordoned node.
+type UncordonNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node after the change.
+	Node          *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UncordonNodeResponse) Reset() {
+	*x = UncordonNodeResponse{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UncordonNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UncordonNodeResponse) ProtoMessage() {}
+
+func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UncordonNodeResponse.ProtoReflect.Descriptor instead.
+func (*UncordonNodeResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UncordonNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 // JoinToken is a join token's record; the secret is shown once.
 type JoinToken struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1224,7 +1545,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[16]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1557,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[16]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1570,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{16}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1343,7 +1664,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[17]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1676,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[17]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1689,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{17}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateJoinTokenRequest) GetTenant() string {
@@ -1428,7 +1749,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[18]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1761,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[18]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1774,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{18}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateJoinTokenResponse) GetJoinToken() *JoinToken {
@@ -1488,7 +1809,7 @@ type ListJoinTokensRequest struct {
 
 func (x *ListJoinTokensRequest) Reset() {
 	*x = ListJoinTokensRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[19]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1821,7 @@ func (x *ListJoinTokensRequest) String() string {
 func (*ListJoinTokensRequest) ProtoMessage() {}
 
 func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[19]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1834,7 @@ func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{19}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListJoinTokensRequest) GetTenant() string {
@@ -1534,7 +1855,7 @@ type ListJoinTokensResponse struct {
 
 func (x *ListJoinTokensResponse) Reset() {
 	*x = ListJoinTokensResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1867,7 @@ func (x *ListJoinTokensResponse) String() string {
 func (*ListJoinTokensResponse) ProtoMessage() {}
 
 func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1880,7 @@ func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{20}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListJoinTokensResponse) GetJoinTokens() []*JoinToken {
@@ -1582,7 +1903,7 @@ type RevokeJoinTokenRequest struct {
 
 func (x *RevokeJoinTokenRequest) Reset() {
 	*x = RevokeJoinTokenRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1915,7 @@ func (x *RevokeJoinTokenRequest) String() string {
 func (*RevokeJoinTokenRequest) ProtoMessage() {}
 
 func (x *RevokeJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1928,7 @@ func (x *RevokeJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{21}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeJoinTokenRequest) GetTenant() string {
@@ -1635,7 +1956,7 @@ type RevokeJoinTokenResponse struct {
 
 func (x *RevokeJoinTokenResponse) Reset() {
 	*x = RevokeJoinTokenResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1968,7 @@ func (x *RevokeJoinTokenResponse) String() string {
 func (*RevokeJoinTokenResponse) ProtoMessage() {}
 
 func (x *RevokeJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1981,7 @@ func (x *RevokeJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{22}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeJoinTokenResponse) GetJoinToken() *JoinToken {
@@ -1683,7 +2004,7 @@ type GetInstallScriptRequest struct {
 
 func (x *GetInstallScriptRequest) Reset() {
 	*x = GetInstallScriptRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +2016,7 @@ func (x *GetInstallScriptRequest) String() string {
 func (*GetInstallScriptRequest) ProtoMessage() {}
 
 func (x *GetInstallScriptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +2029,7 @@ func (x *GetInstallScriptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallScriptRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallScriptRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{23}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetInstallScriptRequest) GetTenant() string {
@@ -1736,7 +2057,7 @@ type GetInstallScriptResponse struct {
 
 func (x *GetInstallScriptResponse) Reset() {
 	*x = GetInstallScriptResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +2069,7 @@ func (x *GetInstallScriptResponse) String() string {
 func (*GetInstallScriptResponse) ProtoMessage() {}
 
 func (x *GetInstallScriptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +2082,7 @@ func (x *GetInstallScriptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallScriptResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallScriptResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{24}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetInstallScriptResponse) GetScript() string {
@@ -1775,7 +2096,7 @@ var File_bettercompute_api_v1_nodes_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\n" +
-	" bettercompute/api/v1/nodes.proto\x12\x14bettercompute.api.v1\x1a&bettercompute/agent/v1/inventory.proto\x1a$bettercompute/agent/v1/session.proto\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x06\n" +
+	" bettercompute/api/v1/nodes.proto\x12\x14bettercompute.api.v1\x1a&bettercompute/agent/v1/inventory.proto\x1a$bettercompute/agent/v1/session.proto\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1a\n" +
@@ -1797,7 +2118,8 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vrevoke_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"revokeTime\x12'\n" +
-	"\x0fspec_generation\x18\x0f \x01(\x03R\x0especGeneration\x1a9\n" +
+	"\x0fspec_generation\x18\x0f \x01(\x03R\x0especGeneration\x12\x1a\n" +
+	"\bcordoned\x18\x10 \x01(\bR\bcordoned\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x03\n" +
@@ -1859,7 +2181,23 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"U\n" +
 	"\x14ListCommandsResponse\x12=\n" +
-	"\bcommands\x18\x01 \x03(\v2!.bettercompute.api.v1.NodeCommandR\bcommands\"\xcf\x03\n" +
+	"\bcommands\x18\x01 \x03(\v2!.bettercompute.api.v1.NodeCommandR\bcommands\"N\n" +
+	"\x10AdoptNodeRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\"C\n" +
+	"\x11AdoptNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\";\n" +
+	"\x11CordonNodeRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"D\n" +
+	"\x12CordonNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\"=\n" +
+	"\x13UncordonNodeRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"F\n" +
+	"\x14UncordonNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\"\xcf\x03\n" +
 	"\tJoinToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -1924,7 +2262,8 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\x1cNODE_COMMAND_STATE_SUCCEEDED\x10\x03\x12\x1d\n" +
 	"\x19NODE_COMMAND_STATE_FAILED\x10\x04\x12\x1e\n" +
 	"\x1aNODE_COMMAND_STATE_EXPIRED\x10\x05\x12\x1e\n" +
-	"\x1aNODE_COMMAND_STATE_UNKNOWN\x10\x062\xd5\a\n" +
+	"\x1aNODE_COMMAND_STATE_UNKNOWN\x10\x062\xf1\n" +
+	"\n" +
 	"\vNodeService\x12\x81\x01\n" +
 	"\tListNodes\x12&.bettercompute.api.v1.ListNodesRequest\x1a'.bettercompute.api.v1.ListNodesResponse\"#\xa2\xbb\x18\x1c\n" +
 	"\x12compute:nodes:list\x12\x06Tenant\x90\x02\x01\x12|\n" +
@@ -1942,7 +2281,14 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"GetCommand\x12'.bettercompute.api.v1.GetCommandRequest\x1a(.bettercompute.api.v1.GetCommandResponse\")\xa2\xbb\x18\"\n" +
 	"\x11compute:nodes:get\x12\x04Node\x1a\anode_id\x90\x02\x01\x12\x90\x01\n" +
 	"\fListCommands\x12).bettercompute.api.v1.ListCommandsRequest\x1a*.bettercompute.api.v1.ListCommandsResponse\")\xa2\xbb\x18\"\n" +
-	"\x11compute:nodes:get\x12\x04Node\x1a\anode_id\x90\x02\x012\x87\x05\n" +
+	"\x11compute:nodes:get\x12\x04Node\x1a\anode_id\x90\x02\x01\x12\x81\x01\n" +
+	"\tAdoptNode\x12&.bettercompute.api.v1.AdoptNodeRequest\x1a'.bettercompute.api.v1.AdoptNodeResponse\"#\xa2\xbb\x18\x1f\n" +
+	"\x13compute:nodes:adopt\x12\x04Node\x1a\x02id\x12\x85\x01\n" +
+	"\n" +
+	"CordonNode\x12'.bettercompute.api.v1.CordonNodeRequest\x1a(.bettercompute.api.v1.CordonNodeResponse\"$\xa2\xbb\x18 \n" +
+	"\x14compute:nodes:cordon\x12\x04Node\x1a\x02id\x12\x8d\x01\n" +
+	"\fUncordonNode\x12).bettercompute.api.v1.UncordonNodeRequest\x1a*.bettercompute.api.v1.UncordonNodeResponse\"&\xa2\xbb\x18\"\n" +
+	"\x16compute:nodes:uncordon\x12\x04Node\x1a\x02id2\x87\x05\n" +
 	"\x10JoinTokenService\x12\x98\x01\n" +
 	"\x0fCreateJoinToken\x12,.bettercompute.api.v1.CreateJoinTokenRequest\x1a-.bettercompute.api.v1.CreateJoinTokenResponse\"(\xa2\xbb\x18$\n" +
 	"\x1acompute:join-tokens:create\x12\x06Tenant\x12\x96\x01\n" +
@@ -1966,7 +2312,7 @@ func file_bettercompute_api_v1_nodes_proto_rawDescGZIP() []byte {
 }
 
 var file_bettercompute_api_v1_nodes_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bettercompute_api_v1_nodes_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_bettercompute_api_v1_nodes_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_bettercompute_api_v1_nodes_proto_goTypes = []any{
 	(NodeState)(0),                   // 0: bettercompute.api.v1.NodeState
 	(NodeCommandState)(0),            // 1: bettercompute.api.v1.NodeCommandState
@@ -1986,83 +2332,98 @@ var file_bettercompute_api_v1_nodes_proto_goTypes = []any{
 	(*GetCommandResponse)(nil),       // 15: bettercompute.api.v1.GetCommandResponse
 	(*ListCommandsRequest)(nil),      // 16: bettercompute.api.v1.ListCommandsRequest
 	(*ListCommandsResponse)(nil),     // 17: bettercompute.api.v1.ListCommandsResponse
-	(*JoinToken)(nil),                // 18: bettercompute.api.v1.JoinToken
-	(*CreateJoinTokenRequest)(nil),   // 19: bettercompute.api.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),  // 20: bettercompute.api.v1.CreateJoinTokenResponse
-	(*ListJoinTokensRequest)(nil),    // 21: bettercompute.api.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),   // 22: bettercompute.api.v1.ListJoinTokensResponse
-	(*RevokeJoinTokenRequest)(nil),   // 23: bettercompute.api.v1.RevokeJoinTokenRequest
-	(*RevokeJoinTokenResponse)(nil),  // 24: bettercompute.api.v1.RevokeJoinTokenResponse
-	(*GetInstallScriptRequest)(nil),  // 25: bettercompute.api.v1.GetInstallScriptRequest
-	(*GetInstallScriptResponse)(nil), // 26: bettercompute.api.v1.GetInstallScriptResponse
-	nil,                              // 27: bettercompute.api.v1.Node.LabelsEntry
-	nil,                              // 28: bettercompute.api.v1.NodeCommand.ArgsEntry
-	nil,                              // 29: bettercompute.api.v1.ExecCommandRequest.ArgsEntry
-	nil,                              // 30: bettercompute.api.v1.JoinToken.LabelsEntry
-	nil,                              // 31: bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
-	(*v1.Inventory)(nil),             // 32: bettercompute.agent.v1.Inventory
-	(*v1.Condition)(nil),             // 33: bettercompute.agent.v1.Condition
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*AdoptNodeRequest)(nil),         // 18: bettercompute.api.v1.AdoptNodeRequest
+	(*AdoptNodeResponse)(nil),        // 19: bettercompute.api.v1.AdoptNodeResponse
+	(*CordonNodeRequest)(nil),        // 20: bettercompute.api.v1.CordonNodeRequest
+	(*CordonNodeResponse)(nil),       // 21: bettercompute.api.v1.CordonNodeResponse
+	(*UncordonNodeRequest)(nil),      // 22: bettercompute.api.v1.UncordonNodeRequest
+	(*UncordonNodeResponse)(nil),     // 23: bettercompute.api.v1.UncordonNodeResponse
+	(*JoinToken)(nil),                // 24: bettercompute.api.v1.JoinToken
+	(*CreateJoinTokenRequest)(nil),   // 25: bettercompute.api.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),  // 26: bettercompute.api.v1.CreateJoinTokenResponse
+	(*ListJoinTokensRequest)(nil),    // 27: bettercompute.api.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),   // 28: bettercompute.api.v1.ListJoinTokensResponse
+	(*RevokeJoinTokenRequest)(nil),   // 29: bettercompute.api.v1.RevokeJoinTokenRequest
+	(*RevokeJoinTokenResponse)(nil),  // 30: bettercompute.api.v1.RevokeJoinTokenResponse
+	(*GetInstallScriptRequest)(nil),  // 31: bettercompute.api.v1.GetInstallScriptRequest
+	(*GetInstallScriptResponse)(nil), // 32: bettercompute.api.v1.GetInstallScriptResponse
+	nil,                              // 33: bettercompute.api.v1.Node.LabelsEntry
+	nil,                              // 34: bettercompute.api.v1.NodeCommand.ArgsEntry
+	nil,                              // 35: bettercompute.api.v1.ExecCommandRequest.ArgsEntry
+	nil,                              // 36: bettercompute.api.v1.JoinToken.LabelsEntry
+	nil,                              // 37: bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
+	(*v1.Inventory)(nil),             // 38: bettercompute.agent.v1.Inventory
+	(*v1.Condition)(nil),             // 39: bettercompute.agent.v1.Condition
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
 }
 var file_bettercompute_api_v1_nodes_proto_depIdxs = []int32{
 	0,  // 0: bettercompute.api.v1.Node.state:type_name -> bettercompute.api.v1.NodeState
-	27, // 1: bettercompute.api.v1.Node.labels:type_name -> bettercompute.api.v1.Node.LabelsEntry
-	32, // 2: bettercompute.api.v1.Node.inventory:type_name -> bettercompute.agent.v1.Inventory
-	33, // 3: bettercompute.api.v1.Node.conditions:type_name -> bettercompute.agent.v1.Condition
-	34, // 4: bettercompute.api.v1.Node.last_seen_time:type_name -> google.protobuf.Timestamp
-	34, // 5: bettercompute.api.v1.Node.certificate_expire_time:type_name -> google.protobuf.Timestamp
-	34, // 6: bettercompute.api.v1.Node.create_time:type_name -> google.protobuf.Timestamp
-	34, // 7: bettercompute.api.v1.Node.revoke_time:type_name -> google.protobuf.Timestamp
-	28, // 8: bettercompute.api.v1.NodeCommand.args:type_name -> bettercompute.api.v1.NodeCommand.ArgsEntry
+	33, // 1: bettercompute.api.v1.Node.labels:type_name -> bettercompute.api.v1.Node.LabelsEntry
+	38, // 2: bettercompute.api.v1.Node.inventory:type_name -> bettercompute.agent.v1.Inventory
+	39, // 3: bettercompute.api.v1.Node.conditions:type_name -> bettercompute.agent.v1.Condition
+	40, // 4: bettercompute.api.v1.Node.last_seen_time:type_name -> google.protobuf.Timestamp
+	40, // 5: bettercompute.api.v1.Node.certificate_expire_time:type_name -> google.protobuf.Timestamp
+	40, // 6: bettercompute.api.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	40, // 7: bettercompute.api.v1.Node.revoke_time:type_name -> google.protobuf.Timestamp
+	34, // 8: bettercompute.api.v1.NodeCommand.args:type_name -> bettercompute.api.v1.NodeCommand.ArgsEntry
 	1,  // 9: bettercompute.api.v1.NodeCommand.state:type_name -> bettercompute.api.v1.NodeCommandState
-	34, // 10: bettercompute.api.v1.NodeCommand.create_time:type_name -> google.protobuf.Timestamp
-	34, // 11: bettercompute.api.v1.NodeCommand.deadline:type_name -> google.protobuf.Timestamp
-	34, // 12: bettercompute.api.v1.NodeCommand.finish_time:type_name -> google.protobuf.Timestamp
+	40, // 10: bettercompute.api.v1.NodeCommand.create_time:type_name -> google.protobuf.Timestamp
+	40, // 11: bettercompute.api.v1.NodeCommand.deadline:type_name -> google.protobuf.Timestamp
+	40, // 12: bettercompute.api.v1.NodeCommand.finish_time:type_name -> google.protobuf.Timestamp
 	2,  // 13: bettercompute.api.v1.ListNodesResponse.nodes:type_name -> bettercompute.api.v1.Node
 	2,  // 14: bettercompute.api.v1.GetNodeResponse.node:type_name -> bettercompute.api.v1.Node
 	2,  // 15: bettercompute.api.v1.RevokeNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	29, // 16: bettercompute.api.v1.ExecCommandRequest.args:type_name -> bettercompute.api.v1.ExecCommandRequest.ArgsEntry
-	35, // 17: bettercompute.api.v1.ExecCommandRequest.timeout:type_name -> google.protobuf.Duration
+	35, // 16: bettercompute.api.v1.ExecCommandRequest.args:type_name -> bettercompute.api.v1.ExecCommandRequest.ArgsEntry
+	41, // 17: bettercompute.api.v1.ExecCommandRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 18: bettercompute.api.v1.ExecCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
 	3,  // 19: bettercompute.api.v1.GetCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
 	3,  // 20: bettercompute.api.v1.ListCommandsResponse.commands:type_name -> bettercompute.api.v1.NodeCommand
-	30, // 21: bettercompute.api.v1.JoinToken.labels:type_name -> bettercompute.api.v1.JoinToken.LabelsEntry
-	34, // 22: bettercompute.api.v1.JoinToken.create_time:type_name -> google.protobuf.Timestamp
-	34, // 23: bettercompute.api.v1.JoinToken.expire_time:type_name -> google.protobuf.Timestamp
-	34, // 24: bettercompute.api.v1.JoinToken.revoke_time:type_name -> google.protobuf.Timestamp
-	35, // 25: bettercompute.api.v1.CreateJoinTokenRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 26: bettercompute.api.v1.CreateJoinTokenRequest.labels:type_name -> bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
-	18, // 27: bettercompute.api.v1.CreateJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
-	18, // 28: bettercompute.api.v1.ListJoinTokensResponse.join_tokens:type_name -> bettercompute.api.v1.JoinToken
-	18, // 29: bettercompute.api.v1.RevokeJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
-	4,  // 30: bettercompute.api.v1.NodeService.ListNodes:input_type -> bettercompute.api.v1.ListNodesRequest
-	6,  // 31: bettercompute.api.v1.NodeService.GetNode:input_type -> bettercompute.api.v1.GetNodeRequest
-	8,  // 32: bettercompute.api.v1.NodeService.RevokeNode:input_type -> bettercompute.api.v1.RevokeNodeRequest
-	10, // 33: bettercompute.api.v1.NodeService.DeleteNode:input_type -> bettercompute.api.v1.DeleteNodeRequest
-	12, // 34: bettercompute.api.v1.NodeService.ExecCommand:input_type -> bettercompute.api.v1.ExecCommandRequest
-	14, // 35: bettercompute.api.v1.NodeService.GetCommand:input_type -> bettercompute.api.v1.GetCommandRequest
-	16, // 36: bettercompute.api.v1.NodeService.ListCommands:input_type -> bettercompute.api.v1.ListCommandsRequest
-	19, // 37: bettercompute.api.v1.JoinTokenService.CreateJoinToken:input_type -> bettercompute.api.v1.CreateJoinTokenRequest
-	21, // 38: bettercompute.api.v1.JoinTokenService.ListJoinTokens:input_type -> bettercompute.api.v1.ListJoinTokensRequest
-	23, // 39: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:input_type -> bettercompute.api.v1.RevokeJoinTokenRequest
-	25, // 40: bettercompute.api.v1.JoinTokenService.GetInstallScript:input_type -> bettercompute.api.v1.GetInstallScriptRequest
-	5,  // 41: bettercompute.api.v1.NodeService.ListNodes:output_type -> bettercompute.api.v1.ListNodesResponse
-	7,  // 42: bettercompute.api.v1.NodeService.GetNode:output_type -> bettercompute.api.v1.GetNodeResponse
-	9,  // 43: bettercompute.api.v1.NodeService.RevokeNode:output_type -> bettercompute.api.v1.RevokeNodeResponse
-	11, // 44: bettercompute.api.v1.NodeService.DeleteNode:output_type -> bettercompute.api.v1.DeleteNodeResponse
-	13, // 45: bettercompute.api.v1.NodeService.ExecCommand:output_type -> bettercompute.api.v1.ExecCommandResponse
-	15, // 46: bettercompute.api.v1.NodeService.GetCommand:output_type -> bettercompute.api.v1.GetCommandResponse
-	17, // 47: bettercompute.api.v1.NodeService.ListCommands:output_type -> bettercompute.api.v1.ListCommandsResponse
-	20, // 48: bettercompute.api.v1.JoinTokenService.CreateJoinToken:output_type -> bettercompute.api.v1.CreateJoinTokenResponse
-	22, // 49: bettercompute.api.v1.JoinTokenService.ListJoinTokens:output_type -> bettercompute.api.v1.ListJoinTokensResponse
-	24, // 50: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:output_type -> bettercompute.api.v1.RevokeJoinTokenResponse
-	26, // 51: bettercompute.api.v1.JoinTokenService.GetInstallScript:output_type -> bettercompute.api.v1.GetInstallScriptResponse
-	41, // [41:52] is the sub-list for method output_type
-	30, // [30:41] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	2,  // 21: bettercompute.api.v1.AdoptNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 22: bettercompute.api.v1.CordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 23: bettercompute.api.v1.UncordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	36, // 24: bettercompute.api.v1.JoinToken.labels:type_name -> bettercompute.api.v1.JoinToken.LabelsEntry
+	40, // 25: bettercompute.api.v1.JoinToken.create_time:type_name -> google.protobuf.Timestamp
+	40, // 26: bettercompute.api.v1.JoinToken.expire_time:type_name -> google.protobuf.Timestamp
+	40, // 27: bettercompute.api.v1.JoinToken.revoke_time:type_name -> google.protobuf.Timestamp
+	41, // 28: bettercompute.api.v1.CreateJoinTokenRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 29: bettercompute.api.v1.CreateJoinTokenRequest.labels:type_name -> bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
+	24, // 30: bettercompute.api.v1.CreateJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
+	24, // 31: bettercompute.api.v1.ListJoinTokensResponse.join_tokens:type_name -> bettercompute.api.v1.JoinToken
+	24, // 32: bettercompute.api.v1.RevokeJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
+	4,  // 33: bettercompute.api.v1.NodeService.ListNodes:input_type -> bettercompute.api.v1.ListNodesRequest
+	6,  // 34: bettercompute.api.v1.NodeService.GetNode:input_type -> bettercompute.api.v1.GetNodeRequest
+	8,  // 35: bettercompute.api.v1.NodeService.RevokeNode:input_type -> bettercompute.api.v1.RevokeNodeRequest
+	10, // 36: bettercompute.api.v1.NodeService.DeleteNode:input_type -> bettercompute.api.v1.DeleteNodeRequest
+	12, // 37: bettercompute.api.v1.NodeService.ExecCommand:input_type -> bettercompute.api.v1.ExecCommandRequest
+	14, // 38: bettercompute.api.v1.NodeService.GetCommand:input_type -> bettercompute.api.v1.GetCommandRequest
+	16, // 39: bettercompute.api.v1.NodeService.ListCommands:input_type -> bettercompute.api.v1.ListCommandsRequest
+	18, // 40: bettercompute.api.v1.NodeService.AdoptNode:input_type -> bettercompute.api.v1.AdoptNodeRequest
+	20, // 41: bettercompute.api.v1.NodeService.CordonNode:input_type -> bettercompute.api.v1.CordonNodeRequest
+	22, // 42: bettercompute.api.v1.NodeService.UncordonNode:input_type -> bettercompute.api.v1.UncordonNodeRequest
+	25, // 43: bettercompute.api.v1.JoinTokenService.CreateJoinToken:input_type -> bettercompute.api.v1.CreateJoinTokenRequest
+	27, // 44: bettercompute.api.v1.JoinTokenService.ListJoinTokens:input_type -> bettercompute.api.v1.ListJoinTokensRequest
+	29, // 45: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:input_type -> bettercompute.api.v1.RevokeJoinTokenRequest
+	31, // 46: bettercompute.api.v1.JoinTokenService.GetInstallScript:input_type -> bettercompute.api.v1.GetInstallScriptRequest
+	5,  // 47: bettercompute.api.v1.NodeService.ListNodes:output_type -> bettercompute.api.v1.ListNodesResponse
+	7,  // 48: bettercompute.api.v1.NodeService.GetNode:output_type -> bettercompute.api.v1.GetNodeResponse
+	9,  // 49: bettercompute.api.v1.NodeService.RevokeNode:output_type -> bettercompute.api.v1.RevokeNodeResponse
+	11, // 50: bettercompute.api.v1.NodeService.DeleteNode:output_type -> bettercompute.api.v1.DeleteNodeResponse
+	13, // 51: bettercompute.api.v1.NodeService.ExecCommand:output_type -> bettercompute.api.v1.ExecCommandResponse
+	15, // 52: bettercompute.api.v1.NodeService.GetCommand:output_type -> bettercompute.api.v1.GetCommandResponse
+	17, // 53: bettercompute.api.v1.NodeService.ListCommands:output_type -> bettercompute.api.v1.ListCommandsResponse
+	19, // 54: bettercompute.api.v1.NodeService.AdoptNode:output_type -> bettercompute.api.v1.AdoptNodeResponse
+	21, // 55: bettercompute.api.v1.NodeService.CordonNode:output_type -> bettercompute.api.v1.CordonNodeResponse
+	23, // 56: bettercompute.api.v1.NodeService.UncordonNode:output_type -> bettercompute.api.v1.UncordonNodeResponse
+	26, // 57: bettercompute.api.v1.JoinTokenService.CreateJoinToken:output_type -> bettercompute.api.v1.CreateJoinTokenResponse
+	28, // 58: bettercompute.api.v1.JoinTokenService.ListJoinTokens:output_type -> bettercompute.api.v1.ListJoinTokensResponse
+	30, // 59: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:output_type -> bettercompute.api.v1.RevokeJoinTokenResponse
+	32, // 60: bettercompute.api.v1.JoinTokenService.GetInstallScript:output_type -> bettercompute.api.v1.GetInstallScriptResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_bettercompute_api_v1_nodes_proto_init() }
@@ -2077,7 +2438,7 @@ func file_bettercompute_api_v1_nodes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bettercompute_api_v1_nodes_proto_rawDesc), len(file_bettercompute_api_v1_nodes_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -50,6 +50,13 @@ const (
 	// NodeServiceListCommandsProcedure is the fully-qualified name of the NodeService's ListCommands
 	// RPC.
 	NodeServiceListCommandsProcedure = "/bettercompute.api.v1.NodeService/ListCommands"
+	// NodeServiceAdoptNodeProcedure is the fully-qualified name of the NodeService's AdoptNode RPC.
+	NodeServiceAdoptNodeProcedure = "/bettercompute.api.v1.NodeService/AdoptNode"
+	// NodeServiceCordonNodeProcedure is the fully-qualified name of the NodeService's CordonNode RPC.
+	NodeServiceCordonNodeProcedure = "/bettercompute.api.v1.NodeService/CordonNode"
+	// NodeServiceUncordonNodeProcedure is the fully-qualified name of the NodeService's UncordonNode
+	// RPC.
+	NodeServiceUncordonNodeProcedure = "/bettercompute.api.v1.NodeService/UncordonNode"
 	// JoinTokenServiceCreateJoinTokenProcedure is the fully-qualified name of the JoinTokenService's
 	// CreateJoinToken RPC.
 	JoinTokenServiceCreateJoinTokenProcedure = "/bettercompute.api.v1.JoinTokenService/CreateJoinToken"
@@ -80,6 +87,14 @@ type NodeServiceClient interface {
 	GetCommand(context.Context, *connect.Request[v1.GetCommandRequest]) (*connect.Response[v1.GetCommandResponse], error)
 	// ListCommands returns a node's recent commands, newest first.
 	ListCommands(context.Context, *connect.Request[v1.ListCommandsRequest]) (*connect.Response[v1.ListCommandsResponse], error)
+	// AdoptNode puts a node into a pool of its tenant, from which its GPUs
+	// may then be reserved; adopting it again moves it.
+	AdoptNode(context.Context, *connect.Request[v1.AdoptNodeRequest]) (*connect.Response[v1.AdoptNodeResponse], error)
+	// CordonNode stops a node from getting new reservations; it keeps those
+	// it has.
+	CordonNode(context.Context, *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error)
+	// UncordonNode lets a cordoned node get new reservations again.
+	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the bettercompute.api.v1.NodeService service. By
@@ -139,6 +154,24 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		adoptNode: connect.NewClient[v1.AdoptNodeRequest, v1.AdoptNodeResponse](
+			httpClient,
+			baseURL+NodeServiceAdoptNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("AdoptNode")),
+			connect.WithClientOptions(opts...),
+		),
+		cordonNode: connect.NewClient[v1.CordonNodeRequest, v1.CordonNodeResponse](
+			httpClient,
+			baseURL+NodeServiceCordonNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("CordonNode")),
+			connect.WithClientOptions(opts...),
+		),
+		uncordonNode: connect.NewClient[v1.UncordonNodeRequest, v1.UncordonNodeResponse](
+			httpClient,
+			baseURL+NodeServiceUncordonNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("UncordonNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -151,6 +184,9 @@ type nodeServiceClient struct {
 	execCommand  *connect.Client[v1.ExecCommandRequest, v1.ExecCommandResponse]
 	getCommand   *connect.Client[v1.GetCommandRequest, v1.GetCommandResponse]
 	listCommands *connect.Client[v1.ListCommandsRequest, v1.ListCommandsResponse]
+	adoptNode    *connect.Client[v1.AdoptNodeRequest, v1.AdoptNodeResponse]
+	cordonNode   *connect.Client[v1.CordonNodeRequest, v1.CordonNodeResponse]
+	uncordonNode *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
 }
 
 // ListNodes calls bettercompute.api.v1.NodeService.ListNodes.
@@ -188,6 +224,21 @@ func (c *nodeServiceClient) ListCommands(ctx context.Context, req *connect.Reque
 	return c.listCommands.CallUnary(ctx, req)
 }
 
+// AdoptNode calls bettercompute.api.v1.NodeService.AdoptNode.
+func (c *nodeServiceClient) AdoptNode(ctx context.Context, req *connect.Request[v1.AdoptNodeRequest]) (*connect.Response[v1.AdoptNodeResponse], error) {
+	return c.adoptNode.CallUnary(ctx, req)
+}
+
+// CordonNode calls bettercompute.api.v1.NodeService.CordonNode.
+func (c *nodeServiceClient) CordonNode(ctx context.Context, req *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error) {
+	return c.cordonNode.CallUnary(ctx, req)
+}
+
+// UncordonNode calls bettercompute.api.v1.NodeService.UncordonNode.
+func (c *nodeServiceClient) UncordonNode(ctx context.Context, req *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
+	return c.uncordonNode.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the bettercompute.api.v1.NodeService service.
 type NodeServiceHandler interface {
 	// ListNodes returns the nodes the caller may see.
@@ -204,6 +255,14 @@ type NodeServiceHandler interface {
 	GetCommand(context.Context, *connect.Request[v1.GetCommandRequest]) (*connect.Response[v1.GetCommandResponse], error)
 	// ListCommands returns a node's recent commands, newest first.
 	ListCommands(context.Context, *connect.Request[v1.ListCommandsRequest]) (*connect.Response[v1.ListCommandsResponse], error)
+	// AdoptNode puts a node into a pool of its tenant, from which its GPUs
+	// may then be reserved; adopting it again moves it.
+	AdoptNode(context.Context, *connect.Request[v1.AdoptNodeRequest]) (*connect.Response[v1.AdoptNodeResponse], error)
+	// CordonNode stops a node from getting new reservations; it keeps those
+	// it has.
+	CordonNode(context.Context, *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error)
+	// UncordonNode lets a cordoned node get new reservations again.
+	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -259,6 +318,24 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceAdoptNodeHandler := connect.NewUnaryHandler(
+		NodeServiceAdoptNodeProcedure,
+		svc.AdoptNode,
+		connect.WithSchema(nodeServiceMethods.ByName("AdoptNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceCordonNodeHandler := connect.NewUnaryHandler(
+		NodeServiceCordonNodeProcedure,
+		svc.CordonNode,
+		connect.WithSchema(nodeServiceMethods.ByName("CordonNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceUncordonNodeHandler := connect.NewUnaryHandler(
+		NodeServiceUncordonNodeProcedure,
+		svc.UncordonNode,
+		connect.WithSchema(nodeServiceMethods.ByName("UncordonNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bettercompute.api.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceListNodesProcedure:
@@ -275,6 +352,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceGetCommandHandler.ServeHTTP(w, r)
 		case NodeServiceListCommandsProcedure:
 			nodeServiceListCommandsHandler.ServeHTTP(w, r)
+		case NodeServiceAdoptNodeProcedure:
+			nodeServiceAdoptNodeHandler.ServeHTTP(w, r)
+		case NodeServiceCordonNodeProcedure:
+			nodeServiceCordonNodeHandler.ServeHTTP(w, r)
+		case NodeServiceUncordonNodeProcedure:
+			nodeServiceUncordonNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -310,6 +393,18 @@ func (UnimplementedNodeServiceHandler) GetCommand(context.Context, *connect.Requ
 
 func (UnimplementedNodeServiceHandler) ListCommands(context.Context, *connect.Request[v1.ListCommandsRequest]) (*connect.Response[v1.ListCommandsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.ListCommands is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) AdoptNode(context.Context, *connect.Request[v1.AdoptNodeRequest]) (*connect.Response[v1.AdoptNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.AdoptNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) CordonNode(context.Context, *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.CordonNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.UncordonNode is not implemented"))
 }
 
 // JoinTokenServiceClient is a client for the bettercompute.api.v1.JoinTokenService service.
