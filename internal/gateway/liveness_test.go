@@ -145,7 +145,11 @@ func TestStatusReport(t *testing.T) {
 		ctx := t.Context()
 
 		host := section("host", &agentv1.Inventory{Host: &agentv1.Host{Hostname: "gpu-01", Kernel: "6.8"}})
-		gpus := section("gpus", &agentv1.Inventory{Gpus: &agentv1.GPUs{DriverVersion: "550.54"}})
+		gpus := section("gpus", &agentv1.Inventory{Gpus: &agentv1.GPUs{DriverVersion: "550.54", Devices: []*agentv1.GPU{
+			{Index: 0, Uuid: "GPU-00000000-0000-0000-0000-000000000001", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
+			{Index: 1, Uuid: "GPU-00000000-0000-0000-0000-000000000002", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
+			{Index: 2, Name: "NVIDIA H100 80GB HBM3"}, // no UUID: not bookable
+		}}})
 		since := timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
 		f.send(&agentv1.Frame{Kind: &agentv1.Frame_StatusReport{StatusReport: &agentv1.StatusReport{
 			Sections: []*agentv1.InventorySection{host, gpus},
@@ -169,6 +173,11 @@ func TestStatusReport(t *testing.T) {
 		got := sections()
 		if !bytes.Equal(got["host"].Content, host.Content) || !bytes.Equal(got["gpus"].Hash, gpus.Hash) {
 			t.Fatalf("stored %+v", got)
+		}
+		// Every reported GPU with a UUID became a bookable device of its model.
+		devs, err := b.st.ListNodeDevices(ctx, n.id)
+		if err != nil || len(devs) != 2 || devs[0].ModelKey != "h100-sxm" || devs[1].UUID != "GPU-00000000-0000-0000-0000-000000000002" {
+			t.Fatalf("devices after the report: %+v, %v", devs, err)
 		}
 		var conds []json.RawMessage
 		if err := json.Unmarshal(b.node(t, n.id).Conditions, &conds); err != nil || len(conds) != 2 {

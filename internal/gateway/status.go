@@ -7,8 +7,10 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/capacity/catalog"
 	"github.com/better-compute/better-compute/internal/store"
 )
 
@@ -38,9 +40,26 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	if err != nil {
 		return errProtocol("conditions: %v", err)
 	}
+	var devices []store.Device
+	syncDevices := false
+	for _, sec := range sections {
+		if sec.Name == "gpus" {
+			if devices, err = gpuDevices(s.nodeID, sec.Content); err != nil {
+				return err
+			}
+			syncDevices = true
+		}
+	}
 	err = g.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
 		for _, sec := range sections {
 			if err := q.PutInventorySection(ctx, sec); err != nil {
+				return err
+			}
+		}
+		if syncDevices {
+			// Every GPU the node reports is a bookable device, keyed by its
+			// UUID, in the same transaction as the inventory that shows it.
+			if err := q.SyncNodeDevices(ctx, s.nodeID, devices); err != nil {
 				return err
 			}
 		}
@@ -84,4 +103,29 @@ func validSectionName(name string) bool {
 		}
 	}
 	return true
+}
+
+// gpuDevices turns a "gpus" inventory section into the node's bookable
+// devices, naming each GPU's model by the catalog. A GPU without a UUID
+// cannot be booked (the UUID is the key) and is left out.
+func gpuDevices(nodeID string, content []byte) ([]store.Device, error) {
+	var inv agentv1.Inventory
+	if err := proto.Unmarshal(content, &inv); err != nil {
+		return nil, errProtocol("inventory section \"gpus\": %v", err)
+	}
+	var out []store.Device
+	for _, gpu := range inv.GetGpus().GetDevices() {
+		if gpu.GetUuid() == "" {
+			continue
+		}
+		out = append(out, store.Device{
+			UUID:        gpu.GetUuid(),
+			NodeID:      nodeID,
+			Index:       int(gpu.GetIndex()),
+			ModelKey:    catalog.Lookup(gpu.GetName()).Key,
+			ModelName:   gpu.GetName(),
+			MemoryBytes: gpu.GetMemoryBytes(),
+		})
+	}
+	return out, nil
 }
