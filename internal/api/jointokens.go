@@ -73,6 +73,12 @@ func (s *joinTokenService) CreateJoinToken(ctx context.Context, req *connect.Req
 	callFrom(ctx).AuditResource = resourceFor(typeJoinToken, tenant, id).String()
 	var t store.JoinToken
 	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		if p := m.GetPool(); p != "" {
+			// The nodes it admits are adopted into this pool: it must exist now.
+			if _, err := q.GetPool(ctx, tenant, p); err != nil {
+				return notFoundAs(err, typePool, tenant, p)
+			}
+		}
 		now, err := q.Now(ctx)
 		if err != nil {
 			return err

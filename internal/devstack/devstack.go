@@ -27,6 +27,13 @@ import (
 // StoreFile is the SQLite database's name inside the data directory.
 const StoreFile = "better-compute.db"
 
+// The demo a newcomer finds: the simulated nodes are adopted into the
+// platform's pool DefaultPool, which is offered to the tenant DemoTenant.
+const (
+	DefaultPool = "default"
+	DemoTenant  = "demo"
+)
+
 // Config describes one dev stack.
 type Config struct {
 	// DataDir holds everything the stack keeps between runs; required.
@@ -67,29 +74,40 @@ func Run(ctx context.Context, cfg Config) error {
 		DataDir:       cfg.DataDir,
 		Logger:        logger,
 		OnReady: func(r controlplane.Ready) error {
-			if cfg.Nodes > 0 {
-				token, err := simJoinToken(ctx, r, cfg.Nodes)
-				if err != nil {
+			// The caller first (dev writes the CLI context and its summary),
+			// so that the CLI works as soon as the summary shows.
+			if cfg.OnReady != nil {
+				if err := cfg.OnReady(r); err != nil {
 					return err
 				}
-				simStarted = true
-				go func() {
-					simDone <- agent.RunSim(ctx, agent.SimConfig{
+			}
+			if cfg.Nodes == 0 {
+				return nil
+			}
+			simStarted = true
+			go func() {
+				token, err := simJoinToken(ctx, r, cfg.Nodes)
+				if err == nil {
+					err = agent.RunSim(ctx, agent.SimConfig{
 						Nodes: cfg.Nodes, Server: r.GatewayURL, Token: token,
 						DataDir: filepath.Join(cfg.DataDir, "nodes"), GPUs: cfg.GPUs,
 						Logger: logger.With("component", "sim"),
 					})
-				}()
-			}
-			if cfg.OnReady != nil {
-				return cfg.OnReady(r)
-			}
+				}
+				if err != nil && ctx.Err() == nil {
+					// dev goes on serving without its nodes; say so now.
+					logger.Error("dev: the simulated nodes stopped", "err", err)
+				}
+				simDone <- err
+			}()
 			return nil
 		},
 	})
+	stopping := ctx.Err() != nil // the caller ended dev, as opposed to a failure
 	cancel()
 	if simStarted {
-		if serr := <-simDone; serr != nil && !errors.Is(serr, context.Canceled) && err == nil {
+		// Errors of the simulated nodes while dev shuts down are the shutdown.
+		if serr := <-simDone; serr != nil && !stopping && !errors.Is(serr, context.Canceled) && err == nil {
 			err = fmt.Errorf("dev: simulated nodes: %w", serr)
 		}
 	}
@@ -107,12 +125,31 @@ func simJoinToken(ctx context.Context, r controlplane.Ready, uses int) (string, 
 	if err != nil {
 		return "", err
 	}
+	if err := demoPool(ctx, c); err != nil {
+		return "", err
+	}
 	res, err := c.JoinTokens.CreateJoinToken(ctx, connect.NewRequest(&apiv1.CreateJoinTokenRequest{
 		MaxUses: int32(uses), Ttl: durationpb.New(10 * time.Minute), Description: "simulated dev nodes",
-		Labels: map[string]string{"simulated": "true"},
+		Labels: map[string]string{"simulated": "true"}, Pool: DefaultPool,
 	}))
 	if err != nil {
 		return "", fmt.Errorf("dev: join token for the simulated nodes: %w", err)
 	}
 	return res.Msg.GetSecret(), nil
+}
+
+// demoPool makes the demo tenant and the default pool offered to it, once;
+// on later runs they exist already, which is fine.
+func demoPool(ctx context.Context, c *client.Client) error {
+	exists := func(err error) bool { return connect.CodeOf(err) == connect.CodeAlreadyExists }
+	if _, err := c.Tenants.CreateTenant(ctx, connect.NewRequest(&apiv1.CreateTenantRequest{Name: DemoTenant, DisplayName: "Demo"})); err != nil && !exists(err) {
+		return fmt.Errorf("dev: demo tenant: %w", err)
+	}
+	if _, err := c.Pools.CreatePool(ctx, connect.NewRequest(&apiv1.CreatePoolRequest{Name: DefaultPool, Description: "the simulated dev nodes"})); err != nil && !exists(err) {
+		return fmt.Errorf("dev: default pool: %w", err)
+	}
+	if _, err := c.Pools.OfferPool(ctx, connect.NewRequest(&apiv1.OfferPoolRequest{Name: DefaultPool, ToTenant: DemoTenant})); err != nil && !exists(err) {
+		return fmt.Errorf("dev: offer the default pool to the demo tenant: %w", err)
+	}
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestIdentityStory is the identity issue's story with the real binaries:
@@ -17,11 +16,9 @@ func TestIdentityStory(t *testing.T) {
 	t.Parallel()
 	admin := newUser(t)
 	s := admin.start("dev", "--listen", "127.0.0.1:0")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.output.String(), "token bc_"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev did not print the admin token:\n%s", s.output.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	s.await("Better Compute dev is running")
+	if !strings.Contains(s.output.String(), "token bc_") {
+		t.Errorf("dev did not print the admin token:\n%s", s.output.String())
 	}
 	must := func(u *user, args ...string) string {
 		t.Helper()

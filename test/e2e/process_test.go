@@ -127,6 +127,18 @@ func (u *user) start(args ...string) *server {
 	}
 }
 
+// await waits until the process has printed text.
+func (s *server) await(text string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.output.String(), text) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no %q within 30s:\n%s", text, s.output.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop sends sig and waits for a clean exit.
 func (s *server) stop(sig syscall.Signal) {
 	s.t.Helper()

@@ -54,6 +54,7 @@ func TestDevThenStatus(t *testing.T) {
 	t.Parallel()
 	u := newUser(t)
 	s := u.start("dev", "--listen", "127.0.0.1:0")
+	s.await("Better Compute dev is running")
 	got := u.statusJSON()
 	if got["engine"] != "sqlite" {
 		t.Errorf("engine = %v, want sqlite", got["engine"])
@@ -64,11 +65,12 @@ func TestDevThenStatus(t *testing.T) {
 	if !strings.Contains(s.output.String(), "In another terminal: better-compute status") {
 		t.Errorf("dev printed no summary:\n%s", s.output.String())
 	}
-	// A newcomer sees nodes at once: three simulated bcd agents join.
+	// A newcomer sees nodes at once: three simulated bcd agents join, in the
+	// pool default, which is offered to the tenant demo.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, _, _ := u.run("nodes", "list")
-		if strings.Count(out, " ready ") == 3 {
+		if strings.Count(out, " ready ") == 3 && strings.Count(out, " default ") == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -76,9 +78,13 @@ func TestDevThenStatus(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if out, _, code := u.run("pools", "get", "default", "-o", "json"); code != 0 || !strings.Contains(out, `"demo"`) {
+		t.Errorf("pools get default: exit %d: %s", code, out)
+	}
 	s.stop(syscall.SIGINT)
 
 	s = u.start("dev", "--listen", "127.0.0.1:0")
+	s.await("Better Compute dev is running")
 	if again := u.statusJSON(); again["deploymentId"] != got["deploymentId"] {
 		t.Errorf("deploymentId changed across restarts: %v -> %v", got["deploymentId"], again["deploymentId"])
 	}
