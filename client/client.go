@@ -44,6 +44,8 @@ type Client struct {
 	JoinTokens apiv1connect.JoinTokenServiceClient
 	// Pools manages pools of nodes and offers them to tenants.
 	Pools apiv1connect.PoolServiceClient
+	// Reservations reserves GPUs from pools.
+	Reservations apiv1connect.ReservationServiceClient
 
 	baseURL string
 }
@@ -102,6 +104,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		Nodes:           apiv1connect.NewNodeServiceClient(hc, base, copts...),
 		JoinTokens:      apiv1connect.NewJoinTokenServiceClient(hc, base, copts...),
 		Pools:           apiv1connect.NewPoolServiceClient(hc, base, copts...),
+		Reservations:    apiv1connect.NewReservationServiceClient(hc, base, copts...),
 		baseURL:         base,
 	}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/requestid"
 	"github.com/better-compute/better-compute/internal/store"
@@ -63,18 +65,39 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 	}
 	call.Resource = res
 
-	if !platform && res.Tenant != "" && res.Tenant != caller.Tenant {
+	var offeredTo []string
+	if res.Type == typePool {
+		offers, err := a.store.ListPoolOffers(ctx, res.Tenant, res.ID)
+		if err != nil {
+			return nil, fmt.Errorf("authorize %s: %w", procedure, err)
+		}
+		refs := make([]iam.EntityRef, len(offers))
+		for i, o := range offers {
+			offeredTo = append(offeredTo, o.Tenant)
+			refs[i] = iam.TenantRef(o.Tenant)
+		}
+		res.Attrs = map[string]any{"offeredTo": refs}
+		call.Resource = res
+	}
+	if !platform && !a.visible(res, caller, action, offeredTo, msg) {
 		// Recorded in the caller's tenant: the other tenant must not learn
 		// of the caller either.
 		a.audit(ctx, call, caller.Tenant, action, "not_found: another tenant's resource", nil)
 		return nil, notFound(res)
 	}
 
+	rc, err := a.requestContext(ctx, call, msg)
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			a.audit(ctx, call, caller.Tenant, action, "not_found: another tenant's resource", nil)
+		}
+		return nil, err
+	}
 	dec, err := a.authz.Authorize(ctx, epoch, iam.Request{
 		Principal: caller,
 		Action:    action,
 		Resource:  res,
-		Context:   requestContext(msg),
+		Context:   rc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("authorize %s: %w", procedure, err) // the error boundary logs it and answers internal
@@ -85,7 +108,7 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 		if len(dec.Policies) > 0 {
 			reason = "permission_denied: forbidden by " + strings.Join(dec.Policies, ", ")
 		}
-		a.audit(ctx, call, res.Tenant, action, reason, dec.Policies)
+		a.audit(ctx, call, call.auditTenant(), action, reason, dec.Policies)
 		return nil, connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("%s may not %s on %s: %s", caller.String(), action, res.String(), strings.TrimPrefix(reason, "permission_denied: ")))
 	}
@@ -153,6 +176,9 @@ func resolveResource(m Method, msg proto.Message, caller iam.Principal) (iam.Res
 		tenant = caller.Tenant
 	}
 	a := m.Authorization
+	if pt := str("pool_tenant"); pt != "" && a.GetResource() == typePool {
+		tenant = pt
+	}
 	switch a.GetResource() {
 	case typeSystem:
 		return iam.Resource{Type: typeSystem}, nil
@@ -175,9 +201,93 @@ func resolveResource(m Method, msg proto.Message, caller iam.Principal) (iam.Res
 	}
 }
 
+// visible reports whether a customer caller may know of res: it is in the
+// caller's tenant, or it is another tenant's pool offered to the caller's
+// (offeredTo) and the action reserves from it. A request that names a pool
+// of another tenant must still act for the caller's own tenant.
+func (a *authorizer) visible(res iam.Resource, caller iam.Principal, action string, offeredTo []string, msg proto.Message) bool {
+	if res.Type == typePool {
+		if t := stringField(msg, "tenant"); t != "" && t != caller.Tenant {
+			return false
+		}
+	}
+	if res.Tenant == "" || res.Tenant == caller.Tenant {
+		return true
+	}
+	return res.Type == typePool && action == actionReserve && slices.Contains(offeredTo, caller.Tenant)
+}
+
+// actionReserve is the one action that reaches another tenant's pool, when
+// that pool is offered to the caller's tenant.
+const actionReserve = "compute:reservations:create"
+
+// stringField returns msg's string field name, or "" when it has none.
+func stringField(msg proto.Message, name string) string {
+	if msg == nil {
+		return ""
+	}
+	r := msg.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName(protoreflect.Name(name))
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return ""
+	}
+	return r.Get(fd).String()
+}
+
 // requestContext is the request's attributes that policies may test, in the
-// Cedar context. Identity methods have none; capacity methods add theirs.
-func requestContext(proto.Message) map[string]any { return nil }
+// Cedar context. Identity methods have none; reserving and extending give
+// what they ask for, hours rounded up. For an extension it reads the
+// reservation, which must belong to the call's tenant (else not_found), and
+// records the new end in call for the handler, so that the end the policy
+// saw is the end written.
+func (a *authorizer) requestContext(ctx context.Context, call *Call, msg proto.Message) (map[string]any, error) {
+	switch m := msg.(type) {
+	case *apiv1.CreateReservationRequest:
+		now, err := a.store.Now(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d := m.GetDuration().AsDuration()
+		if m.GetUntil() != nil {
+			d = m.GetUntil().AsTime().Sub(now)
+		}
+		return map[string]any{
+			"gpus":          int64(m.GetGpus()),
+			"durationHours": ceilHours(d),
+			"gpuModel":      m.GetModel(),
+			"pool":          call.Resource.Tenant + "/" + m.GetPool(),
+		}, nil
+	case *apiv1.ExtendReservationRequest:
+		r, err := a.store.GetReservation(ctx, m.GetId())
+		if errors.Is(err, store.ErrNotFound) || (err == nil && r.Tenant != call.Resource.Tenant) {
+			return nil, notFound(call.Resource)
+		}
+		if err != nil {
+			return nil, err
+		}
+		end := r.EndsAt.Add(m.GetDuration().AsDuration())
+		if m.GetUntil() != nil {
+			end = m.GetUntil().AsTime()
+		}
+		call.extendTo = end
+		return map[string]any{
+			"gpus":               int64(r.GPUs),
+			"durationHours":      ceilHours(end.Sub(r.EndsAt)),
+			"totalDurationHours": ceilHours(end.Sub(r.CreatedAt)),
+			"gpuModel":           r.ModelKey,
+			"pool":               r.PoolTenant + "/" + r.Pool,
+		}, nil
+	}
+	return nil, nil
+}
+
+// ceilHours is d in whole hours, rounded up; 0 for a negative d.
+func ceilHours(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Hour - 1) / time.Hour)
+}
 
 // notFound is the answer for a resource that does not exist or that the
 // caller may not know exists; the two are indistinguishable on purpose.

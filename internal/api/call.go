@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"github.com/better-compute/better-compute/internal/iam"
 )
@@ -26,6 +27,10 @@ type Call struct {
 	// AuditResource, when a handler sets it, names the resource in the audit
 	// event instead of Resource: a create records what it created.
 	AuditResource string
+
+	// extendTo is the new end of a reservation an extension asks for,
+	// as the policy decision saw it.
+	extendTo time.Time
 
 	// audited is set once the call's audit event is written.
 	audited bool

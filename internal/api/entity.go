@@ -17,6 +17,7 @@ const (
 	typeNode           = "Node"
 	typeJoinToken      = "JoinToken"
 	typePool           = "Pool"
+	typeReservation    = "Reservation"
 )
 
 // resourceFor builds the resource of the given type, tenant and id.

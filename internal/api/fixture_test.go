@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -148,7 +149,58 @@ func newFixture(t *testing.T, engine store.Engine) *fixture {
 		must(err)
 		f.tokenIDs[tn+"/join"] = id
 	}
+	// Per tenant: node gpu with 4 GPUs, ready and adopted into main, and
+	// two reservations from it: one inspected and extended, one released.
+	for _, tn := range []string{"acme", "globex"} {
+		f.gpuNode("n-"+tn+"-gpu", tn, "main", 4)
+		for _, purpose := range []string{"reservation", "release"} {
+			f.tokenIDs[tn+"/"+purpose] = f.reserve(tn, tn, "main", 1)
+		}
+	}
 	return f
+}
+
+// gpuNode makes a ready node of tenant with gpus GPUs, adopted into pool.
+func (f *fixture) gpuNode(id, tenant, pool string, gpus int) {
+	f.t.Helper()
+	ctx := context.Background()
+	st := f.store
+	_, err := st.CreateNode(ctx, store.Node{ID: id, Tenant: tenant, Hostname: id, CertSerial: "1", CertPublicKey: []byte{1}, CertNotAfter: time.Now().Add(time.Hour)})
+	if err == nil {
+		_, err = st.BeginSession(ctx, id, "test", "boot-1")
+	}
+	if err == nil {
+		_, err = st.AdoptNode(ctx, id, tenant, pool)
+	}
+	if err == nil {
+		var devs []store.Device
+		for i := range gpus {
+			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%s-%d", id, i), NodeID: id, Index: i, ModelKey: "h100-sxm", ModelName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30})
+		}
+		err = st.SyncNodeDevices(ctx, id, devs)
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// reserve places a one-hour reservation of tenant in poolTenant/pool and
+// returns its id.
+func (f *fixture) reserve(tenant, poolTenant, pool string, gpus int) string {
+	f.t.Helper()
+	id := "r-" + strings.ToLower(rand.Text())
+	err := f.store.InTx(context.Background(), func(ctx context.Context, q store.Querier) error {
+		now, err := q.Now(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = q.PlaceReservation(ctx, store.Placement{ID: id, Tenant: tenant, Principal: tenant + "/admin", PoolTenant: poolTenant, Pool: pool, GPUs: gpus, EndsAt: now.Add(time.Hour)})
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return id
 }
 
 // newToken stores a token for tenant/principal and returns its secret.

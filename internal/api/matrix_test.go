@@ -112,6 +112,16 @@ var matrix = map[string]row{
 	"/bettercompute.api.v1.PoolService/OfferPool":   {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main", "toTenant", "globex") }},
 	"/bettercompute.api.v1.PoolService/UnofferPool": {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "main", "toTenant", "platform") }},
 
+	"/bettercompute.api.v1.ReservationService/CreateReservation": {body: func(_ *fixture, t string) map[string]any {
+		return in(t, "pool", "main", "gpus", 1, "duration", "3600s")
+	}},
+	"/bettercompute.api.v1.ReservationService/GetReservation":   {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/reservation"]) }},
+	"/bettercompute.api.v1.ReservationService/ListReservations": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.ReservationService/ExtendReservation": {body: func(f *fixture, t string) map[string]any {
+		return in(t, "id", f.tokenIDs[t+"/reservation"], "duration", "3600s")
+	}},
+	"/bettercompute.api.v1.ReservationService/ReleaseReservation": {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/release"]) }},
+
 	"/bettercompute.api.v1.JoinTokenService/CreateJoinToken": {body: func(_ *fixture, t string) map[string]any { return in(t, "ttl", "3600s") }},
 	"/bettercompute.api.v1.JoinTokenService/ListJoinTokens":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},
 	"/bettercompute.api.v1.JoinTokenService/RevokeJoinToken": {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/join"]) }},

@@ -45,12 +45,8 @@ func (c *Call) auditEvent(reason string) store.AuditEvent {
 	if res == "" {
 		res = c.Resource.String()
 	}
-	tenant := c.Resource.Tenant
-	if tenant == "" {
-		tenant = c.Caller.Tenant
-	}
 	return store.AuditEvent{
-		Tenant:    tenant,
+		Tenant:    c.auditTenant(),
 		Principal: c.Caller.String(),
 		Action:    c.Method.Authorization.GetAction(),
 		Resource:  res,
@@ -59,6 +55,18 @@ func (c *Call) auditEvent(reason string) store.AuditEvent {
 		Reason:    reason,
 		RequestID: c.RequestID,
 	}
+}
+
+// auditTenant is the tenant whose log records the call: the resource's,
+// except that a customer's use of another tenant's shared pool is recorded
+// in the customer's own log (where its admins look), and a call on the
+// deployment as a whole in the caller's.
+func (c *Call) auditTenant() string {
+	t := c.Resource.Tenant
+	if t == "" || (!c.Platform && t != c.Caller.Tenant) {
+		return c.Caller.Tenant
+	}
+	return t
 }
 
 // outcome names how a call failed, as the code the caller will see.
