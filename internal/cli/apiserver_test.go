@@ -20,12 +20,13 @@ import (
 func startAPI(t *testing.T) *cliEnv {
 	t.Helper()
 	dir := t.TempDir()
+	storeURL := "sqlite:" + filepath.Join(dir, "bc.db")
 	ctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan controlplane.Ready, 1)
 	done := make(chan error, 1)
 	cfg := controlplane.Config{
 		GatewayListen: "127.0.0.1:0",
-		StoreURL:      "sqlite:" + filepath.Join(dir, "bc.db"),
+		StoreURL:      storeURL,
 		DataDir:       filepath.Join(dir, "data"),
 		Listen:        "127.0.0.1:0",
 		OnReady:       func(r controlplane.Ready) error { readyc <- r; return nil },
@@ -59,6 +60,7 @@ func startAPI(t *testing.T) *cliEnv {
 	e := newCLIEnv(t)
 	e.vars["BETTER_COMPUTE_SERVER"] = ready.URL
 	e.vars["BETTER_COMPUTE_TOKEN"] = strings.TrimSpace(string(token))
+	e.storeURL = storeURL
 	return e
 }
 

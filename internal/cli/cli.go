@@ -95,6 +95,7 @@ func newRoot(env Env) *cobra.Command {
 		newNodesCommand(g),
 		newJoinTokensCommand(g),
 		newPoolsCommand(g),
+		newReservationsCommand(g),
 	)
 	return root
 }

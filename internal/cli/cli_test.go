@@ -36,6 +36,9 @@ func (b *syncBuffer) String() string {
 // cliEnv is one user's environment: their own config and data directories.
 type cliEnv struct {
 	vars map[string]string
+	// storeURL is the store of the server startAPI started, for tests that
+	// must seed what no command can make (nodes with GPUs).
+	storeURL string
 }
 
 func newCLIEnv(t *testing.T) *cliEnv {
