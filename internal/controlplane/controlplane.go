@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/capacity"
 	"github.com/better-compute/better-compute/internal/gateway"
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
@@ -251,7 +252,13 @@ func Run(ctx context.Context, cfg Config) error {
 			serveErr <- fmt.Errorf("gateway: %w", err)
 		}
 	}()
-	defer func() { stopGateway(); <-gwDone }()
+	// Reservations end by the store's clock, whichever process sweeps.
+	expiryDone := make(chan struct{})
+	go func() {
+		defer close(expiryDone)
+		_ = (&capacity.Expirer{Store: st, Logger: logger}).Run(gwCtx)
+	}()
+	defer func() { stopGateway(); <-gwDone; <-expiryDone }()
 	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
 	logger.Info("serving", "url", ready.URL, "gateway", ready.GatewayURL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error
