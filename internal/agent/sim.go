@@ -130,26 +130,26 @@ func simSeed(root string) (string, error) {
 // joinSim joins every agent that has no identity yet, with bounded
 // concurrency over one pinned connection.
 func joinSim(ctx context.Context, cfg SimConfig, root string, hw []*inventory.FakeHW, log *slog.Logger) error {
-	var todo []int
+	var unjoined []int
 	for i := range hw {
 		if _, err := readConfig(simDir(root, i)); errors.Is(err, fs.ErrNotExist) {
-			todo = append(todo, i)
+			unjoined = append(unjoined, i)
 		} else if err != nil {
 			return fmt.Errorf("sim agent %d: %w", i, err)
 		}
 	}
-	if len(todo) == 0 {
+	if len(unjoined) == 0 {
 		return nil
 	}
 	if cfg.Server == "" || cfg.Token == "" {
-		return fmt.Errorf("sim: %d agents have not joined yet: pass --server and --token", len(todo))
+		return fmt.Errorf("sim: %d agents have not joined yet: pass --server and --token", len(unjoined))
 	}
 	j, err := newJoiner(cfg.Server, cfg.Token)
 	if err != nil {
 		return err
 	}
 	defer j.close()
-	log.Info("sim: joining agents", "count", len(todo))
+	log.Info("sim: joining agents", "count", len(unjoined))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conc := cfg.JoinConcurrency
@@ -162,7 +162,7 @@ func joinSim(ctx context.Context, cfg SimConfig, root string, hw []*inventory.Fa
 		mu       sync.Mutex // guards firstErr
 		firstErr error
 	)
-	for _, i := range todo {
+	for _, i := range unjoined {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
