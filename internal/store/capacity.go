@@ -96,6 +96,12 @@ type Reservation struct {
 	RequestHash    []byte
 	// DeviceUUIDs are the GPUs it holds (or held), sorted.
 	DeviceUUIDs []string
+	// NodeIDs are the nodes of those GPUs, sorted: one unless it spans
+	// nodes. They are recorded at placement, so they outlive the nodes.
+	NodeIDs []string
+	// ModelGPUs counts its GPUs by model key, as booked; usage is metered
+	// by model.
+	ModelGPUs map[string]int
 	// CreatedAt and EndsAt come from the store's clock; BoundAt and
 	// ReleasedAt (release or expiry) are zero until then.
 	CreatedAt, EndsAt, BoundAt, ReleasedAt time.Time
@@ -104,6 +110,31 @@ type Reservation struct {
 // Active reports whether r holds its GPUs (placed or bound).
 func (r Reservation) Active() bool {
 	return r.State == ReservationPlaced || r.State == ReservationBound
+}
+
+// NodeAllocation is one reservation's GPUs on one node.
+type NodeAllocation struct {
+	// ReservationID names the reservation.
+	ReservationID string
+	// State is placed (the node has yet to bind it) or bound.
+	State ReservationState
+	// DeviceUUIDs are its GPUs on the node, sorted.
+	DeviceUUIDs []string
+}
+
+// nodeAllocations groups rows of (reservation id, state, uuid), sorted by
+// reservation id then uuid, into allocations.
+func nodeAllocations[R any](rows []R, get func(R) (id, state, uuid string)) []NodeAllocation {
+	var out []NodeAllocation
+	for _, row := range rows {
+		id, state, uuid := get(row)
+		if n := len(out); n == 0 || out[n-1].ReservationID != id {
+			out = append(out, NodeAllocation{ReservationID: id, State: ReservationState(state)})
+		}
+		a := &out[len(out)-1]
+		a.DeviceUUIDs = append(a.DeviceUUIDs, uuid)
+	}
+	return out
 }
 
 // Placement is a request for GPUs that PlaceReservation places.
@@ -225,14 +256,20 @@ type CapacityQuerier interface {
 	// EndsAt passed by the store's clock, freeing its GPUs, and returns
 	// them, oldest first.
 	ExpireReservations(ctx context.Context) ([]Reservation, error)
+	// NodeAllocations returns what nodeID must hold: the active
+	// reservations booking its GPUs, by id, each with only its GPUs on
+	// this node. Read the node's SpecGeneration first: the allocations
+	// are then at least as new as it.
+	NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocation, error)
 	// FreeDevices counts, by model key, the GPUs a placement in the pool
 	// could book now; only modelKey's when it is set.
 	FreeDevices(ctx context.Context, poolTenant, pool, modelKey string) (map[string]int, error)
 }
 
-// freeDevice is a GPU that PlaceReservation may book.
-type freeDevice struct {
-	uuid, nodeID string
+// bookedDevice is a GPU a placement may book or a reservation holds (or
+// held), with its node and model at the time of booking.
+type bookedDevice struct {
+	uuid, nodeID, modelKey string
 }
 
 // placer is what placeReservation needs from an engine: the reads and the
@@ -244,9 +281,9 @@ type placer interface {
 	reservationByKey(ctx context.Context, tenant, key string) (Reservation, bool, error)
 	// freeDevices returns the pool's bookable GPUs (of modelKey when set),
 	// by node and index.
-	freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]freeDevice, error)
-	// insertReservation inserts the reservation and books uuids for it.
-	insertReservation(ctx context.Context, p Placement, nodeID string, uuids []string) (Reservation, error)
+	freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error)
+	// insertReservation inserts the reservation and books chosen for it.
+	insertReservation(ctx context.Context, p Placement, nodeID string, chosen []bookedDevice) (Reservation, error)
 }
 
 // placeReservation is PlaceReservation on either engine: the choice of
@@ -277,28 +314,29 @@ func placeReservation(ctx context.Context, e placer, p Placement) (Reservation, 
 	if err != nil {
 		return fail(err)
 	}
-	nodeID, uuids, err := chooseDevices(p, free)
+	nodeID, chosen, err := chooseDevices(p, free)
 	if err != nil {
 		return fail(err)
 	}
-	r, err := e.insertReservation(ctx, p, nodeID, uuids)
+	r, err := e.insertReservation(ctx, p, nodeID, chosen)
 	if err != nil {
 		return fail(err)
 	}
+	setDevices(&r, chosen)
 	return r, nil
 }
 
 // chooseDevices picks p.GPUs of free, from the nodes with the fewest free
-// GPUs first, and returns them sorted with their node ("" when they span
-// nodes), or an ErrExhausted that says what is free.
-func chooseDevices(p Placement, free []freeDevice) (string, []string, error) {
-	byNode := map[string][]string{}
+// GPUs first, and returns them sorted by UUID with their node ("" when they
+// span nodes), or an ErrExhausted that says what is free.
+func chooseDevices(p Placement, free []bookedDevice) (string, []bookedDevice, error) {
+	byNode := map[string][]bookedDevice{}
 	var nodes []string
 	for _, d := range free {
 		if _, ok := byNode[d.nodeID]; !ok {
 			nodes = append(nodes, d.nodeID)
 		}
-		byNode[d.nodeID] = append(byNode[d.nodeID], d.uuid)
+		byNode[d.nodeID] = append(byNode[d.nodeID], d)
 	}
 	slices.SortFunc(nodes, func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(byNode[a]), len(byNode[b])), strings.Compare(a, b))
@@ -311,34 +349,35 @@ func chooseDevices(p Placement, free []freeDevice) (string, []string, error) {
 		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s; %d asked: %w",
 			p.PoolTenant, p.Pool, len(free), model, p.GPUs, ErrExhausted)
 	}
+	byUUID := func(a, b bookedDevice) int { return strings.Compare(a.uuid, b.uuid) }
 	if p.SameNode {
 		most := 0
 		for _, n := range nodes {
 			if len(byNode[n]) >= p.GPUs {
-				uuids := slices.Clone(byNode[n][:p.GPUs])
-				slices.Sort(uuids)
-				return n, uuids, nil
+				chosen := slices.Clone(byNode[n][:p.GPUs])
+				slices.SortFunc(chosen, byUUID)
+				return n, chosen, nil
 			}
 			most = max(most, len(byNode[n]))
 		}
 		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s but at most %d on one node; %d asked on one node: %w",
 			p.PoolTenant, p.Pool, len(free), model, most, p.GPUs, ErrExhausted)
 	}
-	var uuids []string
+	var chosen []bookedDevice
 	var used []string
 	for _, n := range nodes {
-		take := min(p.GPUs-len(uuids), len(byNode[n]))
-		uuids = append(uuids, byNode[n][:take]...)
+		take := min(p.GPUs-len(chosen), len(byNode[n]))
+		chosen = append(chosen, byNode[n][:take]...)
 		used = append(used, n)
-		if len(uuids) == p.GPUs {
+		if len(chosen) == p.GPUs {
 			break
 		}
 	}
-	slices.Sort(uuids)
+	slices.SortFunc(chosen, byUUID)
 	if len(used) == 1 {
-		return used[0], uuids, nil
+		return used[0], chosen, nil
 	}
-	return "", uuids, nil
+	return "", chosen, nil
 }
 
 // checkReservationFilter refuses a filter the store cannot run.
@@ -346,19 +385,50 @@ func checkReservationFilter(f ReservationFilter) error {
 	return checkLimit("list reservations", f.Limit)
 }
 
-// withDevices sets each reservation's DeviceUUIDs from pairs of
-// (reservation id, device uuid), sorted by uuid within a reservation.
-func withDevices(rs []Reservation, pairs [][2]string) []Reservation {
+// setDevices sets r's DeviceUUIDs, NodeIDs and ModelGPUs from the GPUs it
+// holds or held, sorted by uuid.
+func setDevices(r *Reservation, devices []bookedDevice) {
+	r.DeviceUUIDs = make([]string, 0, len(devices))
+	r.NodeIDs = nil
+	r.ModelGPUs = make(map[string]int, 1)
+	for _, d := range devices {
+		r.DeviceUUIDs = append(r.DeviceUUIDs, d.uuid)
+		r.ModelGPUs[d.modelKey]++
+		if d.nodeID != "" && !slices.Contains(r.NodeIDs, d.nodeID) {
+			r.NodeIDs = append(r.NodeIDs, d.nodeID)
+		}
+	}
+	slices.Sort(r.NodeIDs)
+}
+
+// withDevices sets the devices of each of rs from rows, which hold
+// (reservation id, device) sorted by reservation id, then uuid.
+func withDevices(rs []Reservation, rows []reservationDeviceRow) []Reservation {
 	idx := make(map[string]int, len(rs))
 	for i, r := range rs {
 		idx[r.ID] = i
 	}
-	for _, p := range pairs {
-		if i, ok := idx[p[0]]; ok {
-			rs[i].DeviceUUIDs = append(rs[i].DeviceUUIDs, p[1])
+	for start := 0; start < len(rows); {
+		end := start + 1
+		for end < len(rows) && rows[end].reservationID == rows[start].reservationID {
+			end++
 		}
+		if i, ok := idx[rows[start].reservationID]; ok {
+			devices := make([]bookedDevice, end-start)
+			for j, r := range rows[start:end] {
+				devices[j] = r.device
+			}
+			setDevices(&rs[i], devices)
+		}
+		start = end
 	}
 	return rs
+}
+
+// reservationDeviceRow is a row of reservation_devices.
+type reservationDeviceRow struct {
+	reservationID string
+	device        bookedDevice
 }
 
 // reservationIDs returns the ids of rs.

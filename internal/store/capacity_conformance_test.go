@@ -35,6 +35,7 @@ func TestCapacityConformance(t *testing.T) {
 			{"Lifecycle", exerciseReservationLifecycle},
 			{"Expiry", exerciseReservationExpiry},
 			{"ListReservations", exerciseListReservations},
+			{"NodeAllocations", exerciseNodeAllocations},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -621,4 +622,99 @@ func TestReservationChurn(t *testing.T) {
 			checkBookings(ctx, t, s)
 		}
 	})
+}
+
+// exerciseNodeAllocations checks what a node must hold, and that its spec
+// generation moves whenever one of its GPUs is booked or freed, whichever
+// statement does it, and only then.
+func exerciseNodeAllocations(ctx context.Context, t *testing.T, s *store.Store) {
+	seedPool(ctx, t, s, "h100-sxm", 2, 2)
+	gen := func(node string) int64 { return must(s.GetNode(ctx, node))(t).SpecGeneration }
+	g1, g2 := gen("n1"), gen("n2")
+
+	// Fewest free first: n1 and n2 tie, n1 sorts first.
+	r1 := must(s.PlaceReservation(ctx, placement("r1", 2)))(t)
+	if !slices.Equal(r1.NodeIDs, []string{"n1"}) || !maps.Equal(r1.ModelGPUs, map[string]int{"h100-sxm": 2}) {
+		t.Errorf("PlaceReservation = nodes %v, models %v; want [n1], 2 h100-sxm", r1.NodeIDs, r1.ModelGPUs)
+	}
+	if gen("n1") <= g1 || gen("n2") != g2 {
+		t.Errorf("generations after placing on n1 = %d, %d; want n1 > %d, n2 = %d", gen("n1"), gen("n2"), g1, g2)
+	}
+	g1 = gen("n1")
+	got := must(s.NodeAllocations(ctx, "n1"))(t)
+	want := []store.NodeAllocation{{ReservationID: "r1", State: store.ReservationPlaced, DeviceUUIDs: []string{"GPU-n1-0", "GPU-n1-1"}}}
+	if !slices.EqualFunc(got, want, equalAllocation) {
+		t.Errorf("NodeAllocations(n1) = %+v, want %+v", got, want)
+	}
+	if got := must(s.NodeAllocations(ctx, "n2"))(t); len(got) != 0 {
+		t.Errorf("NodeAllocations(n2) = %+v, want none", got)
+	}
+
+	// Binding and extending change nothing the node holds.
+	must(s.BindReservation(ctx, "r1", "n1"))(t)
+	must(s.ExtendReservation(ctx, "r1", time.Now().Add(2*time.Hour)))(t)
+	if gen("n1") != g1 {
+		t.Errorf("generation moved on bind or extend: %d, want %d", gen("n1"), g1)
+	}
+	want[0].State = store.ReservationBound
+	if got := must(s.NodeAllocations(ctx, "n1"))(t); !slices.EqualFunc(got, want, equalAllocation) {
+		t.Errorf("NodeAllocations(n1) after bind = %+v, want %+v", got, want)
+	}
+
+	// A reservation spanning both nodes: each node holds its part, and
+	// the reservation names both nodes.
+	r2 := must(s.PlaceReservation(ctx, placement("r2", 2)))(t)
+	if !slices.Equal(r2.NodeIDs, []string{"n2"}) {
+		t.Fatalf("r2 on %v, want n2", r2.NodeIDs)
+	}
+	must(s.ReleaseReservation(ctx, "r1"))(t)
+	if gen("n1") <= g1 {
+		t.Errorf("generation did not move on release: %d", gen("n1"))
+	}
+	g1 = gen("n1")
+	must(s.ReleaseReservation(ctx, "r2"))(t)
+	r3 := must(s.PlaceReservation(ctx, store.Placement{
+		ID: "r3", Tenant: "acme", Principal: "alice", PoolTenant: "acme", Pool: "gpu", GPUs: 3,
+		EndsAt: time.Now().Add(time.Hour), RequestHash: []byte("r3"),
+	}))(t)
+	if !slices.Equal(r3.NodeIDs, []string{"n1", "n2"}) || r3.NodeID != "" {
+		t.Errorf("r3 = node %q, nodes %v; want spanning n1 and n2", r3.NodeID, r3.NodeIDs)
+	}
+	if got := must(s.GetReservation(ctx, "r3"))(t); !slices.Equal(got.NodeIDs, r3.NodeIDs) || !maps.Equal(got.ModelGPUs, r3.ModelGPUs) {
+		t.Errorf("GetReservation = nodes %v, models %v; want %v, %v", got.NodeIDs, got.ModelGPUs, r3.NodeIDs, r3.ModelGPUs)
+	}
+	var held int
+	for _, n := range []string{"n1", "n2"} {
+		for _, a := range must(s.NodeAllocations(ctx, n))(t) {
+			if a.ReservationID != "r3" {
+				t.Errorf("NodeAllocations(%s) holds %s, want only r3", n, a.ReservationID)
+			}
+			for _, u := range a.DeviceUUIDs {
+				if !strings.HasPrefix(u, "GPU-"+n+"-") {
+					t.Errorf("NodeAllocations(%s) lists %s of another node", n, u)
+				}
+			}
+			held += len(a.DeviceUUIDs)
+		}
+	}
+	if held != 3 {
+		t.Errorf("nodes hold %d GPUs of r3, want 3", held)
+	}
+
+	// Expiry frees and moves the generation too.
+	g1 = gen("n1")
+	must(s.ExtendReservation(ctx, "r3", time.Now().Add(-time.Second)))(t)
+	if got := must(s.ExpireReservations(ctx))(t); len(got) != 1 {
+		t.Fatalf("ExpireReservations = %d, want 1", len(got))
+	}
+	if gen("n1") <= g1 {
+		t.Errorf("generation did not move on expiry: %d", gen("n1"))
+	}
+	if got := must(s.NodeAllocations(ctx, "n1"))(t); len(got) != 0 {
+		t.Errorf("NodeAllocations(n1) after expiry = %+v, want none", got)
+	}
+}
+
+func equalAllocation(a, b store.NodeAllocation) bool {
+	return a.ReservationID == b.ReservationID && a.State == b.State && slices.Equal(a.DeviceUUIDs, b.DeviceUUIDs)
 }

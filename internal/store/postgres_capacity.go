@@ -196,21 +196,25 @@ func (p pgQuerier) reservationByKey(ctx context.Context, tenant, key string) (Re
 	return out[0], true, nil
 }
 
-func (p pgQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]freeDevice, error) {
+func (p pgQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error) {
 	rows, err := p.q.FreeDevicesForPlacement(ctx, pgdb.FreeDevicesForPlacementParams{
 		PoolTenant: poolTenant, Pool: pool, ModelKey: toPgText(modelKey),
 	})
 	if err != nil {
 		return nil, err
 	}
-	free := make([]freeDevice, len(rows))
+	free := make([]bookedDevice, len(rows))
 	for i, r := range rows {
-		free[i] = freeDevice{uuid: r.Uuid, nodeID: r.NodeID}
+		free[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
 	}
 	return free, nil
 }
 
-func (p pgQuerier) insertReservation(ctx context.Context, pl Placement, nodeID string, uuids []string) (Reservation, error) {
+func (p pgQuerier) insertReservation(ctx context.Context, pl Placement, nodeID string, chosen []bookedDevice) (Reservation, error) {
+	uuids := make([]string, len(chosen))
+	for i, d := range chosen {
+		uuids[i] = d.uuid
+	}
 	hash := pl.RequestHash
 	if hash == nil {
 		hash = []byte{} // NOT NULL: empty, not NULL
@@ -229,12 +233,10 @@ func (p pgQuerier) insertReservation(ctx context.Context, pl Placement, nodeID s
 	if err := p.q.InsertDeviceBookings(ctx, pgdb.InsertDeviceBookingsParams{ReservationID: pl.ID, Uuids: uuids}); err != nil {
 		return Reservation{}, fmt.Errorf("a GPU was booked concurrently: %w", pgClassify(err))
 	}
-	out := pgReservation(r)
-	out.DeviceUUIDs = uuids
-	return out, nil
+	return pgReservation(r), nil
 }
 
-// withDevices fills in the DeviceUUIDs of rs with one query for all.
+// withDevices fills in the devices of rs with one query for all.
 func (p pgQuerier) withDevices(ctx context.Context, rs []Reservation) ([]Reservation, error) {
 	if len(rs) == 0 {
 		return rs, nil
@@ -243,11 +245,11 @@ func (p pgQuerier) withDevices(ctx context.Context, rs []Reservation) ([]Reserva
 	if err != nil {
 		return nil, err
 	}
-	pairs := make([][2]string, len(rows))
+	devices := make([]reservationDeviceRow, len(rows))
 	for i, r := range rows {
-		pairs[i] = [2]string{r.ReservationID, r.DeviceUuid}
+		devices[i] = reservationDeviceRow{r.ReservationID, bookedDevice{uuid: r.DeviceUuid, nodeID: r.NodeID, modelKey: r.ModelKey}}
 	}
-	return withDevices(rs, pairs), nil
+	return withDevices(rs, devices), nil
 }
 
 // reservationResult converts the row of an update that returns one
@@ -339,4 +341,14 @@ func (p pgQuerier) FreeDevices(ctx context.Context, poolTenant, pool, modelKey s
 		free[r.ModelKey] = int(r.Free)
 	}
 	return free, nil
+}
+
+func (p pgQuerier) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocation, error) {
+	rows, err := p.q.NodeAllocations(ctx, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("store: node allocations of %s: %w", nodeID, pgClassify(err))
+	}
+	return nodeAllocations(rows, func(r pgdb.NodeAllocationsRow) (string, string, string) {
+		return r.ReservationID, r.State, r.DeviceUuid
+	}), nil
 }

@@ -193,21 +193,25 @@ func (s sqliteQuerier) reservationByKey(ctx context.Context, tenant, key string)
 	return out[0], true, nil
 }
 
-func (s sqliteQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]freeDevice, error) {
+func (s sqliteQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error) {
 	rows, err := s.q.FreeDevicesForPlacement(ctx, sqlitedb.FreeDevicesForPlacementParams{
 		PoolTenant: poolTenant, Pool: pool, ModelKey: toNullString(modelKey),
 	})
 	if err != nil {
 		return nil, err
 	}
-	free := make([]freeDevice, len(rows))
+	free := make([]bookedDevice, len(rows))
 	for i, r := range rows {
-		free[i] = freeDevice{uuid: r.Uuid, nodeID: r.NodeID}
+		free[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
 	}
 	return free, nil
 }
 
-func (s sqliteQuerier) insertReservation(ctx context.Context, p Placement, nodeID string, uuids []string) (Reservation, error) {
+func (s sqliteQuerier) insertReservation(ctx context.Context, p Placement, nodeID string, chosen []bookedDevice) (Reservation, error) {
+	uuids := make([]string, len(chosen))
+	for i, d := range chosen {
+		uuids[i] = d.uuid
+	}
 	hash := p.RequestHash
 	if hash == nil {
 		hash = []byte{} // NOT NULL: empty, not NULL
@@ -227,12 +231,10 @@ func (s sqliteQuerier) insertReservation(ctx context.Context, p Placement, nodeI
 	if err := s.q.InsertDeviceBookings(ctx, sqlitedb.InsertDeviceBookingsParams{ReservationID: p.ID, Uuids: list}); err != nil {
 		return Reservation{}, fmt.Errorf("a GPU was booked concurrently: %w", sqliteClassify(err))
 	}
-	out := sqliteReservation(r)
-	out.DeviceUUIDs = uuids
-	return out, nil
+	return sqliteReservation(r), nil
 }
 
-// withDevices fills in the DeviceUUIDs of rs with one query for all.
+// withDevices fills in the devices of rs with one query for all.
 func (s sqliteQuerier) withDevices(ctx context.Context, rs []Reservation) ([]Reservation, error) {
 	if len(rs) == 0 {
 		return rs, nil
@@ -241,11 +243,11 @@ func (s sqliteQuerier) withDevices(ctx context.Context, rs []Reservation) ([]Res
 	if err != nil {
 		return nil, err
 	}
-	pairs := make([][2]string, len(rows))
+	devices := make([]reservationDeviceRow, len(rows))
 	for i, r := range rows {
-		pairs[i] = [2]string{r.ReservationID, r.DeviceUuid}
+		devices[i] = reservationDeviceRow{r.ReservationID, bookedDevice{uuid: r.DeviceUuid, nodeID: r.NodeID, modelKey: r.ModelKey}}
 	}
-	return withDevices(rs, pairs), nil
+	return withDevices(rs, devices), nil
 }
 
 // reservationResult converts the row of an update that returns one
@@ -337,4 +339,14 @@ func (s sqliteQuerier) FreeDevices(ctx context.Context, poolTenant, pool, modelK
 		free[r.ModelKey] = int(r.Free)
 	}
 	return free, nil
+}
+
+func (s sqliteQuerier) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocation, error) {
+	rows, err := s.q.NodeAllocations(ctx, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("store: node allocations of %s: %w", nodeID, sqliteClassify(err))
+	}
+	return nodeAllocations(rows, func(r sqlitedb.NodeAllocationsRow) (string, string, string) {
+		return r.ReservationID, r.State, r.DeviceUuid
+	}), nil
 }

@@ -492,8 +492,9 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 }
 
 const insertReservationDevices = `-- name: InsertReservationDevices :exec
-INSERT INTO reservation_devices (reservation_id, device_uuid)
-SELECT ?1, value FROM json_each(CAST(?2 AS TEXT))
+INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
+SELECT ?1, d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.uuid IN (SELECT value FROM json_each(CAST(?2 AS TEXT)))
 `
 
 type InsertReservationDevicesParams struct {
@@ -501,6 +502,7 @@ type InsertReservationDevicesParams struct {
 	Uuids         string
 }
 
+// Each GPU with its node and model as they are now, kept for history.
 func (q *Queries) InsertReservationDevices(ctx context.Context, arg InsertReservationDevicesParams) error {
 	_, err := q.db.ExecContext(ctx, insertReservationDevices, arg.ReservationID, arg.Uuids)
 	return err
@@ -646,7 +648,7 @@ func (q *Queries) ListPoolsOfferedTo(ctx context.Context, tenant string) ([]Pool
 }
 
 const listReservationDevices = `-- name: ListReservationDevices :many
-SELECT reservation_id, device_uuid FROM reservation_devices
+SELECT reservation_id, device_uuid, node_id, model_key FROM reservation_devices
 WHERE reservation_id IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
 ORDER BY reservation_id, device_uuid
 `
@@ -660,7 +662,12 @@ func (q *Queries) ListReservationDevices(ctx context.Context, ids string) ([]Res
 	var items []ReservationDevice
 	for rows.Next() {
 		var i ReservationDevice
-		if err := rows.Scan(&i.ReservationID, &i.DeviceUuid); err != nil {
+		if err := rows.Scan(
+			&i.ReservationID,
+			&i.DeviceUuid,
+			&i.NodeID,
+			&i.ModelKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -728,6 +735,44 @@ func (q *Queries) ListReservations(ctx context.Context, arg ListReservationsPara
 			&i.BoundAt,
 			&i.ReleasedAt,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeAllocations = `-- name: NodeAllocations :many
+SELECT b.reservation_id, r.state, b.device_uuid FROM device_bookings b
+JOIN devices d ON d.uuid = b.device_uuid
+JOIN reservations r ON r.id = b.reservation_id
+WHERE d.node_id = ?1
+ORDER BY b.reservation_id, b.device_uuid
+`
+
+type NodeAllocationsRow struct {
+	ReservationID string
+	State         string
+	DeviceUuid    string
+}
+
+// The GPUs booked on a node now, by reservation.
+func (q *Queries) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocationsRow, error) {
+	rows, err := q.db.QueryContext(ctx, nodeAllocations, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeAllocationsRow
+	for rows.Next() {
+		var i NodeAllocationsRow
+		if err := rows.Scan(&i.ReservationID, &i.State, &i.DeviceUuid); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

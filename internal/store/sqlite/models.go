@@ -188,6 +188,8 @@ type Reservation struct {
 type ReservationDevice struct {
 	ReservationID string
 	DeviceUuid    string
+	NodeID        string
+	ModelKey      string
 }
 
 type SchemaMigration struct {

@@ -104,8 +104,10 @@ VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(principal), sqlc.arg(pool_tenan
 RETURNING *;
 
 -- name: InsertReservationDevices :exec
-INSERT INTO reservation_devices (reservation_id, device_uuid)
-SELECT sqlc.arg(reservation_id)::text, unnest(sqlc.arg(uuids)::text[]);
+-- Each GPU with its node and model as they are now, kept for history.
+INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
+SELECT sqlc.arg(reservation_id)::text, d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.uuid = ANY(sqlc.arg(uuids)::text[]);
 
 -- name: InsertDeviceBookings :exec
 -- Fails on the primary key when any of the GPUs is booked already.
@@ -113,7 +115,7 @@ INSERT INTO device_bookings (device_uuid, reservation_id)
 SELECT unnest(sqlc.arg(uuids)::text[]), sqlc.arg(reservation_id)::text;
 
 -- name: ListReservationDevices :many
-SELECT reservation_id, device_uuid FROM reservation_devices
+SELECT reservation_id, device_uuid, node_id, model_key FROM reservation_devices
 WHERE reservation_id = ANY(sqlc.arg(ids)::text[])
 ORDER BY reservation_id, device_uuid;
 
@@ -158,3 +160,11 @@ RETURNING *;
 UPDATE reservations SET state = 'expired', released_at = clock_timestamp()
 WHERE state IN ('placed', 'bound') AND ends_at <= clock_timestamp()
 RETURNING *;
+
+-- name: NodeAllocations :many
+-- The GPUs booked on a node now, by reservation.
+SELECT b.reservation_id, r.state, b.device_uuid FROM device_bookings b
+JOIN devices d ON d.uuid = b.device_uuid
+JOIN reservations r ON r.id = b.reservation_id
+WHERE d.node_id = sqlc.arg(node_id)
+ORDER BY b.reservation_id, b.device_uuid;
