@@ -113,6 +113,12 @@ func nodeCommand() *cobra.Command {
 				}
 				cfg.FakeHW = hw
 			}
+			// A real node binds under /etc/cdi, where container runtimes
+			// look; a fakehw node's GPUs do not exist, so its specs stay
+			// in its data dir unless asked otherwise.
+			if !cmd.Flags().Changed("cdi-dir") && cfg.FakeHW != nil {
+				cfg.CDIDir = ""
+			}
 			cfg.Logger = stderrLogger(cmd)
 			cfg.StatusSocket = true
 			return NewNode(cfg).Run(cmd.Context())
@@ -121,6 +127,7 @@ func nodeCommand() *cobra.Command {
 	dataDirFlag(cmd, &cfg.DataDir)
 	cmd.Flags().StringVar(&fakehw, "fakehw", "", "a fakehw description (YAML) that replaces the hardware edge")
 	cmd.Flags().BoolVar(&cfg.HeartbeatLog, "heartbeat-log", false, "log every heartbeat sent and received")
+	cmd.Flags().StringVar(&cfg.CDIDir, "cdi-dir", "/etc/cdi", "where reserved GPUs are bound as CDI specs (with --fakehw: DATA_DIR/cdi unless set)")
 	return cmd
 }
 

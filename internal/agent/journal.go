@@ -26,8 +26,8 @@ import (
 // "started" when the journal opens belonged to a process that died while
 // running it: it becomes UNKNOWN and is never run again.
 //
-// Layout (bbolt): bucket "meta" holds the format version and the spec
-// generation; bucket "commands" maps id -> entry; bucket "order" maps a
+// Layout (bbolt): bucket "meta" holds the format version, the spec
+// generation and the spec the node holds (a NodeSpec); bucket "commands" maps id -> entry; bucket "order" maps a
 // sequence number (8 bytes, big-endian) -> id, oldest first, for the tail.
 // An entry is [state][seq: 8 bytes][status][CommandResult, while unacked].
 
@@ -37,6 +37,7 @@ var (
 	bucketOrder    = []byte("order")
 	keyVersion     = []byte("version")
 	keySpecGen     = []byte("spec_generation")
+	keySpec        = []byte("spec")
 )
 
 const (
@@ -250,10 +251,38 @@ func (j *journal) specGeneration() (gen int64, err error) {
 	return gen, err
 }
 
-// setSpecGeneration records the spec generation the node now holds.
-func (j *journal) setSpecGeneration(gen int64) error {
+// spec is the spec the node holds: an empty one of generation 0 before
+// the first.
+func (j *journal) spec() (*agentv1.NodeSpec, error) {
+	spec := &agentv1.NodeSpec{}
+	err := j.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if raw := b.Get(keySpec); raw != nil {
+			if err := proto.Unmarshal(raw, spec); err != nil {
+				return fmt.Errorf("%w: malformed spec: %v", errJournalCorrupt, err)
+			}
+		}
+		if g := b.Get(keySpecGen); len(g) == 8 {
+			spec.Generation = int64(binary.BigEndian.Uint64(g))
+		}
+		return nil
+	})
+	return spec, err
+}
+
+// setSpec records the spec the node now holds, with its generation, in
+// one transaction.
+func (j *journal) setSpec(spec *agentv1.NodeSpec) error {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode the spec: %w", err)
+	}
 	return j.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keySpecGen, binary.BigEndian.AppendUint64(nil, uint64(gen)))
+		b := tx.Bucket(bucketMeta)
+		if err := b.Put(keySpec, raw); err != nil {
+			return err
+		}
+		return b.Put(keySpecGen, binary.BigEndian.AppendUint64(nil, uint64(spec.GetGeneration())))
 	})
 }
 

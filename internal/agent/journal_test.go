@@ -12,6 +12,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
 )
 
@@ -44,7 +46,8 @@ func TestJournalDedupAcrossReopen(t *testing.T) {
 	if err := j.finish(succeeded("c1", "done")); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.setSpecGeneration(7); err != nil {
+	spec := &agentv1.NodeSpec{Generation: 7, Allocations: []*agentv1.Allocation{{ReservationId: "r-1", GpuUuids: []string{"GPU-a"}}}}
+	if err := j.setSpec(spec); err != nil {
 		t.Fatal(err)
 	}
 	j.close()
@@ -63,6 +66,9 @@ func TestJournalDedupAcrossReopen(t *testing.T) {
 	}
 	if g, _ := j.specGeneration(); g != 7 {
 		t.Errorf("spec generation %d, want 7", g)
+	}
+	if got, err := j.spec(); err != nil || !proto.Equal(got, spec) {
+		t.Errorf("spec = %v, %v; want %v", got, err, spec)
 	}
 	un, _ := j.unacked()
 	if len(un) != 1 || un[0].GetId() != "c1" {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/agent/devices"
 	"github.com/better-compute/better-compute/internal/agent/inventory"
 )
 
@@ -50,6 +51,11 @@ type Config struct {
 	// ReportInterval is how often a periodic StatusReport is sent; 0 means
 	// a minute.
 	ReportInterval time.Duration
+	// CDIDir is where the devices converger keeps one CDI spec per
+	// reservation bound here: /etc/cdi on a real node (bcd node's default),
+	// DataDir/cdi when empty, so that in-process fleets and tests never
+	// touch the host's.
+	CDIDir string
 
 	trust *trustCache // shared CA bundles (bcd sim); nil parses per agent
 }
@@ -72,6 +78,7 @@ type Node struct {
 	id       atomic.Pointer[identity]        // swapped by a renewal; read at each dial
 	tlsCache atomic.Pointer[tlsSessionCache] // TLS resumption, replaced with the certificate
 	journal  *journal                        // set in Run before any session
+	conv     converger                       // the devices converger
 	fresh    atomic.Bool                     // Hello.fresh_journal until a Welcome
 	work     sync.WaitGroup                  // commands and renewals in flight
 	runCtx   context.Context                 // Run's context, for timer callbacks
@@ -108,7 +115,7 @@ func NewNode(cfg Config) *Node {
 	if cfg.ReportInterval <= 0 {
 		cfg.ReportInterval = defaultReportInterval
 	}
-	return &Node{
+	n := &Node{
 		cfg:       cfg,
 		log:       log,
 		ring:      ring,
@@ -116,6 +123,8 @@ func NewNode(cfg Config) *Node {
 		rebootCmd: []string{"systemctl", "reboot"},
 		state:     "stopped",
 	}
+	n.conv = converger{n: n, writer: devices.Writer{Dir: cfg.cdiDir()}}
+	return n
 }
 
 // ErrRevoked is returned by Run when the control plane revoked the node:

@@ -227,7 +227,11 @@ func (s *session) start() error {
 			return err
 		}
 	}
-	return s.report(true)
+	if err := s.report(true); err != nil {
+		return err
+	}
+	s.n.conv.sessionStarted()
+	return nil
 }
 
 // serve starts the session, starts heartbeats, then reads frames until
@@ -284,17 +288,9 @@ func (s *session) handle(f *agentv1.Frame) error {
 			return fmt.Errorf("journal the ack of %s: %w", k.ResultAck.GetId(), err)
 		}
 	case *agentv1.Frame_NodeSpec:
-		held, err := n.journal.specGeneration()
-		if err != nil {
-			return fmt.Errorf("read the journal: %w", err)
-		}
-		// Nothing converges yet (DESIGN.md §7 lists the convergers to
-		// come); the node holds the newest generation it was given.
-		if g := k.NodeSpec.GetGeneration(); g > held {
-			if err := n.journal.setSpecGeneration(g); err != nil {
-				return fmt.Errorf("journal spec generation %d: %w", g, err)
-			}
-		}
+		// Specs come in order on a session, and a newer session's
+		// replace an older's: the latest received is the one to hold.
+		n.conv.offer(k.NodeSpec)
 	case *agentv1.Frame_Close:
 		return &closeError{k.Close.GetReason(), k.Close.GetMessage()}
 	default:

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
 	"github.com/better-compute/better-compute/internal/agent/inventory"
+	"github.com/better-compute/better-compute/internal/pki"
 )
 
 // runningNode is a Node running in the background of a test.
@@ -251,17 +253,93 @@ func TestSilentGateway(t *testing.T) {
 	}
 }
 
-func TestNodeSpecGeneration(t *testing.T) {
+// The devices converger binds the spec's allocations as CDI specs, reports
+// each with a claim signed by the node's key for the session, unbinds what
+// leaves the spec, and reports what it holds again on the next session.
+func TestDevicesConverger(t *testing.T) {
 	t.Parallel()
 	gw := newFakeGateway(t, newTestPKI(t))
-	n := startNode(t, joinedDir(t, gw), nil)
+	dir := joinedDir(t, gw)
+	cdi := filepath.Join(t.TempDir(), "cdi")
+	n := startNode(t, dir, func(c *Config) { c.CDIDir = cdi })
 	s := gw.session(t)
-	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 5}}})
-	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 3}}}) // older: ignored
-	waitFor(t, "generation 5", func() bool { return n.Status().SpecGeneration == 5 })
+	gpu0, gpu1 := inventory.FakeGPUUUID("test", 0, 0), inventory.FakeGPUUUID("test", 0, 1)
+	const rid = "r-aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	applied := func(s *gwSession) *agentv1.SpecApplied {
+		return s.next(t, func(f *agentv1.Frame) bool { return f.GetSpecApplied() != nil }).GetSpecApplied()
+	}
+	checkClaims := func(s *gwSession, sa *agentv1.SpecApplied, want ...string) {
+		t.Helper()
+		pub := s.conn.ConnectionState().PeerCertificates[0].PublicKey
+		if len(sa.GetBound()) != 1 {
+			t.Fatalf("SpecApplied bound %d allocations, want 1: %v", len(sa.GetBound()), sa)
+		}
+		b := sa.GetBound()[0]
+		if err := pki.VerifyAllocationClaim(pub, b.GetClaim(), b.GetSignature()); err != nil {
+			t.Errorf("the claim does not verify: %v", err)
+		}
+		var c agentv1.AllocationClaim
+		if err := proto.Unmarshal(b.GetClaim(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.GetNodeId() != "n-test1" || c.GetSessionEpoch() != s.epoch || c.GetReservationId() != rid ||
+			!slices.Equal(c.GetGpuUuids(), want) || c.GetCdiDevice() != "bettercompute.dev/gpu="+rid {
+			t.Errorf("claim = %v; want node n-test1, epoch %d, %s with %v", &c, s.epoch, rid, want)
+		}
+	}
+
+	// Two specs in a row: the converger may apply only the newer.
+	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 4}}})
+	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 5, Allocations: []*agentv1.Allocation{
+		{ReservationId: rid, GpuUuids: []string{gpu0, gpu1}},
+	}}}})
+	var sa *agentv1.SpecApplied
+	for sa == nil || sa.GetGeneration() != 5 {
+		sa = applied(s)
+	}
+	want := []string{gpu0, gpu1}
+	slices.Sort(want)
+	checkClaims(s, sa, want...)
+	spec, err := os.ReadFile(filepath.Join(cdi, "bettercompute-"+rid+".json"))
+	if err != nil {
+		t.Fatalf("no CDI spec: %v", err)
+	}
+	for _, u := range want {
+		if !strings.Contains(string(spec), u) {
+			t.Errorf("the CDI spec does not name %s:\n%s", u, spec)
+		}
+	}
+	if got := n.Status().SpecGeneration; got != 5 {
+		t.Errorf("status spec generation %d, want 5", got)
+	}
+
+	// A new session: the node holds generation 5 and reports its claim
+	// again, signed for the new session.
 	s.conn.Close()
-	if s2 := gw.session(t); s2.hello.GetSpecGeneration() != 5 {
+	s2 := gw.session(t)
+	if s2.hello.GetSpecGeneration() != 5 {
 		t.Errorf("hello spec generation %d, want 5", s2.hello.GetSpecGeneration())
+	}
+	checkClaims(s2, applied(s2), want...)
+
+	// A GPU the node does not have: not bound, and said so.
+	_ = s2.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 6, Allocations: []*agentv1.Allocation{
+		{ReservationId: rid, GpuUuids: []string{gpu0, gpu1}},
+		{ReservationId: "r-bbbbbbbbbbbbbbbbbbbbbbbbbb", GpuUuids: []string{"GPU-not-here"}},
+	}}}})
+	sa = applied(s2)
+	if sa.GetGeneration() != 6 || !strings.Contains(sa.GetError(), "GPU-not-here are not on this node") || len(sa.GetBound()) != 1 {
+		t.Errorf("SpecApplied = %v; want generation 6, one bound, and the missing GPU named", sa)
+	}
+
+	// Released: the spec and env file go, and the node says so.
+	_ = s2.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 7}}})
+	sa = applied(s2)
+	if sa.GetGeneration() != 7 || !slices.Equal(sa.GetRemoved(), []string{rid}) || len(sa.GetBound()) != 0 {
+		t.Errorf("SpecApplied = %v; want generation 7 with %s removed", sa, rid)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cdi, "bettercompute-*")); len(left) != 0 {
+		t.Errorf("files left after the release: %v", left)
 	}
 }
 

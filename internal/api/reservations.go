@@ -14,6 +14,7 @@ import (
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/agent/devices"
 	"github.com/better-compute/better-compute/internal/capacity/catalog"
 	"github.com/better-compute/better-compute/internal/store"
 )
@@ -22,7 +23,21 @@ import (
 // tenant's offered to it (the authorizer admits those for creation only).
 // Every other method acts on a reservation of the call's tenant; another
 // tenant's answers not_found, as a missing one does.
-type reservationService struct{ base }
+type reservationService struct {
+	base
+	sessions Sessions // may be nil
+}
+
+// notify tells the gateway that the nodes of r hold something new: a
+// placement to bind, or a release to unbind.
+func (s *reservationService) notify(r store.Reservation) {
+	if s.sessions == nil {
+		return
+	}
+	for _, n := range r.NodeIDs {
+		s.sessions.Notify(n)
+	}
+}
 
 var _ apiv1connect.ReservationServiceHandler = (*reservationService)(nil)
 
@@ -107,6 +122,7 @@ func (s *reservationService) CreateReservation(ctx context.Context, req *connect
 	if err != nil {
 		return nil, err
 	}
+	s.notify(r)
 	return connect.NewResponse(&apiv1.CreateReservationResponse{Reservation: reservationProto(r)}), nil
 }
 
@@ -200,6 +216,7 @@ func (s *reservationService) ReleaseReservation(ctx context.Context, req *connec
 	if err != nil {
 		return nil, err
 	}
+	s.notify(r)
 	return connect.NewResponse(&apiv1.ReleaseReservationResponse{Reservation: reservationProto(r)}), nil
 }
 
@@ -244,5 +261,6 @@ func reservationProto(r store.Reservation) *apiv1.Reservation {
 		DeviceUuids: r.DeviceUUIDs,
 		CreateTime:  ts(r.CreatedAt), EndTime: ts(r.EndsAt),
 		BoundTime: ts(r.BoundAt), ReleaseTime: ts(r.ReleasedAt),
+		NodeIds: r.NodeIDs, CdiDevice: devices.DeviceName(r.ID),
 	}
 }

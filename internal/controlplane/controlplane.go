@@ -256,7 +256,14 @@ func Run(ctx context.Context, cfg Config) error {
 	expiryDone := make(chan struct{})
 	go func() {
 		defer close(expiryDone)
-		_ = (&capacity.Expirer{Store: st, Logger: logger}).Run(gwCtx)
+		_ = (&capacity.Expirer{Store: st, Logger: logger, OnExpired: func(rs []store.Reservation) {
+			// Their nodes unbind them on their next spec.
+			for _, r := range rs {
+				for _, n := range r.NodeIDs {
+					gw.Notify(n)
+				}
+			}
+		}}).Run(gwCtx)
 	}()
 	defer func() { stopGateway(); <-gwDone; <-expiryDone }()
 	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}

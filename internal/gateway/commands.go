@@ -86,9 +86,15 @@ func (g *Gateway) dispatch(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("read node: %w", err)
 	}
-	// specHeld is touched only here, and dispatches run one at a time.
-	if node.SpecGeneration > s.specHeld {
-		if !s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: node.SpecGeneration}}}) {
+	// specHeld is touched only here, and dispatches run one at a time. A
+	// generation other than the node's, newer or (after a restore of the
+	// store) older, is sent: the spec is always complete.
+	if node.SpecGeneration != s.specHeld {
+		spec, err := g.nodeSpec(ctx, node)
+		if err != nil {
+			return err
+		}
+		if !s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: spec}}) {
 			return nil
 		}
 		s.specHeld = node.SpecGeneration
@@ -176,7 +182,7 @@ func (g *Gateway) storeResult(ctx context.Context, s *session, r *agentv1.Comman
 		return nil
 	}
 	state, errText := resultState(r)
-	_, err = g.st.FinishCommand(ctx, r.GetId(), r.GetSessionEpoch(), state, truncate(r.GetOutput()), truncate(errText))
+	_, err = g.st.FinishCommand(ctx, r.GetId(), r.GetSessionEpoch(), state, truncate(r.GetOutput(), maxResultText), truncate(errText, maxResultText))
 	if errors.Is(err, store.ErrConflict) {
 		g.metrics.results.WithLabelValues("stale").Inc()
 		g.log.Debug("gateway: result refused: older than the command's session, or finished meanwhile",
@@ -223,13 +229,13 @@ func resultState(r *agentv1.CommandResult) (store.CommandState, string) {
 	}
 }
 
-// truncate cuts s to maxResultText bytes at a character boundary, marking
+// truncate cuts s to at most n bytes at a character boundary, marking
 // the cut.
-func truncate(s string) string {
-	if len(s) <= maxResultText {
+func truncate(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxResultText - len(truncatedMark)
+	cut := n - len(truncatedMark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -44,6 +44,7 @@ type metrics struct {
 	closes   *prometheus.CounterVec // reason
 	commands prometheus.Counter
 	results  *prometheus.CounterVec // outcome
+	claims   *prometheus.CounterVec // outcome
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -68,11 +69,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bettercompute_gateway_command_results_total",
 			Help: "Command results received from nodes, by outcome (stored, duplicate, stale, unknown_command, error).",
 		}, []string{"outcome"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bettercompute_gateway_allocation_claims_total",
+			Help: "AllocationBound claims received from nodes, by outcome (bound, held, stale, refused).",
+		}, []string{"outcome"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.refusals, m.sessions, m.closes, m.commands, m.results} {
+	for _, c := range []prometheus.Collector{m.refusals, m.sessions, m.closes, m.commands, m.results, m.claims} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}

@@ -305,6 +305,8 @@ func (g *Gateway) handleFrame(ctx context.Context, s *session, f *agentv1.Frame)
 		return g.storeStatus(ctx, s, k.StatusReport)
 	case *agentv1.Frame_CommandResult:
 		return g.storeResult(ctx, s, k.CommandResult)
+	case *agentv1.Frame_SpecApplied:
+		return g.storeSpecApplied(ctx, s, k.SpecApplied)
 	case *agentv1.Frame_Close:
 		g.log.Info("gateway: node closed its session", "node", s.nodeID, "reason", k.Close.GetReason().String(), "message", k.Close.GetMessage())
 		return errNodeClosed

@@ -210,6 +210,7 @@ type Frame struct {
 	//	*Frame_Heartbeat
 	//	*Frame_Close
 	//	*Frame_ResultAck
+	//	*Frame_SpecApplied
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -333,6 +334,15 @@ func (x *Frame) GetResultAck() *ResultAck {
 	return nil
 }
 
+func (x *Frame) GetSpecApplied() *SpecApplied {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_SpecApplied); ok {
+			return x.SpecApplied
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -382,6 +392,11 @@ type Frame_ResultAck struct {
 	ResultAck *ResultAck `protobuf:"bytes,9,opt,name=result_ack,json=resultAck,proto3,oneof"`
 }
 
+type Frame_SpecApplied struct {
+	// node -> gateway: what the node holds after applying a NodeSpec.
+	SpecApplied *SpecApplied `protobuf:"bytes,10,opt,name=spec_applied,json=specApplied,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Kind() {}
 
 func (*Frame_Welcome) isFrame_Kind() {}
@@ -399,6 +414,8 @@ func (*Frame_Heartbeat) isFrame_Kind() {}
 func (*Frame_Close) isFrame_Kind() {}
 
 func (*Frame_ResultAck) isFrame_Kind() {}
+
+func (*Frame_SpecApplied) isFrame_Kind() {}
 
 // Hello opens a session.
 type Hello struct {
@@ -881,11 +898,16 @@ func (x *Condition) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
-// NodeSpec is what the control plane wants the node to hold.
+// NodeSpec is what the control plane wants the node to hold. It is
+// complete each time: an allocation missing from it is to be removed.
 type NodeSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increases with every change; the node reports the generation it holds.
-	Generation    int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The reservations holding GPUs of this node, by reservation id. The
+	// node's devices converger keeps exactly these bound (one CDI device
+	// each) and unbinds any other.
+	Allocations   []*Allocation `protobuf:"bytes,2,rep,name=allocations,proto3" json:"allocations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -927,6 +949,296 @@ func (x *NodeSpec) GetGeneration() int64 {
 	return 0
 }
 
+func (x *NodeSpec) GetAllocations() []*Allocation {
+	if x != nil {
+		return x.Allocations
+	}
+	return nil
+}
+
+// Allocation is one reservation's GPUs on this node.
+type Allocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reservation, which names the CDI device
+	// ("bettercompute.dev/gpu=<reservation_id>").
+	ReservationId string `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// The GPUs, by UUID, sorted.
+	GpuUuids      []string `protobuf:"bytes,2,rep,name=gpu_uuids,json=gpuUuids,proto3" json:"gpu_uuids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Allocation) Reset() {
+	*x = Allocation{}
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Allocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Allocation) ProtoMessage() {}
+
+func (x *Allocation) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
+func (*Allocation) Descriptor() ([]byte, []int) {
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Allocation) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *Allocation) GetGpuUuids() []string {
+	if x != nil {
+		return x.GpuUuids
+	}
+	return nil
+}
+
+// SpecApplied says what the node holds after its devices converger applied
+// a NodeSpec, and again at the start of each session for the spec it
+// holds, so that a binding the control plane missed (it was down, or the
+// session ended first) is reported until it is recorded.
+type SpecApplied struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation the node now holds.
+	Generation int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// One signed claim per allocation the node holds bound.
+	Bound []*AllocationBound `protobuf:"bytes,2,rep,name=bound,proto3" json:"bound,omitempty"`
+	// Reservations whose binding this pass removed.
+	Removed []string `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
+	// What could not be applied, for people; empty when all of it was.
+	// The node keeps what it could apply and retries the rest with the next
+	// spec or session.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecApplied) Reset() {
+	*x = SpecApplied{}
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecApplied) ProtoMessage() {}
+
+func (x *SpecApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecApplied.ProtoReflect.Descriptor instead.
+func (*SpecApplied) Descriptor() ([]byte, []int) {
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SpecApplied) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SpecApplied) GetBound() []*AllocationBound {
+	if x != nil {
+		return x.Bound
+	}
+	return nil
+}
+
+func (x *SpecApplied) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *SpecApplied) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// AllocationBound is the node's signed claim that it holds an allocation:
+// the gateway checks the signature against the node's certificate before
+// the reservation becomes bound.
+type AllocationBound struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An AllocationClaim in deterministic binary form.
+	Claim []byte `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// ECDSA (ASN.1 DER) by the node's key over SHA-256 of the context
+	// string "bettercompute allocation-bound v1", a zero byte, and claim.
+	Signature     []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocationBound) Reset() {
+	*x = AllocationBound{}
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationBound) ProtoMessage() {}
+
+func (x *AllocationBound) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
+func (*AllocationBound) Descriptor() ([]byte, []int) {
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AllocationBound) GetClaim() []byte {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+func (x *AllocationBound) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// AllocationClaim is what an AllocationBound asserts.
+type AllocationClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node; must be the session's.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The session the claim is sent on; a claim from another is refused,
+	// so that one cannot be replayed.
+	SessionEpoch int64 `protobuf:"varint,2,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	// The reservation and its GPUs on this node, sorted.
+	ReservationId string   `protobuf:"bytes,3,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	GpuUuids      []string `protobuf:"bytes,4,rep,name=gpu_uuids,json=gpuUuids,proto3" json:"gpu_uuids,omitempty"`
+	// The CDI device name a container runtime is given.
+	CdiDevice string `protobuf:"bytes,5,opt,name=cdi_device,json=cdiDevice,proto3" json:"cdi_device,omitempty"`
+	// The spec generation it was bound under.
+	SpecGeneration int64 `protobuf:"varint,6,opt,name=spec_generation,json=specGeneration,proto3" json:"spec_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AllocationClaim) Reset() {
+	*x = AllocationClaim{}
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationClaim) ProtoMessage() {}
+
+func (x *AllocationClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationClaim.ProtoReflect.Descriptor instead.
+func (*AllocationClaim) Descriptor() ([]byte, []int) {
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AllocationClaim) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AllocationClaim) GetSessionEpoch() int64 {
+	if x != nil {
+		return x.SessionEpoch
+	}
+	return 0
+}
+
+func (x *AllocationClaim) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *AllocationClaim) GetGpuUuids() []string {
+	if x != nil {
+		return x.GpuUuids
+	}
+	return nil
+}
+
+func (x *AllocationClaim) GetCdiDevice() string {
+	if x != nil {
+		return x.CdiDevice
+	}
+	return ""
+}
+
+func (x *AllocationClaim) GetSpecGeneration() int64 {
+	if x != nil {
+		return x.SpecGeneration
+	}
+	return 0
+}
+
 // Command asks the node to run something, at most once.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -944,7 +1256,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[9]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1268,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[9]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1281,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Command) GetId() string {
@@ -1019,7 +1331,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[10]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1343,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[10]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1356,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommandResult) GetId() string {
@@ -1093,7 +1405,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[11]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1417,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[11]
+	mi := &file_bettercompute_agent_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1430,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_bettercompute_agent_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResultAck) GetId() string {
@@ -1132,7 +1444,7 @@ var File_bettercompute_agent_v1_session_proto protoreflect.FileDescriptor
 
 const file_bettercompute_agent_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"$bettercompute/agent/v1/session.proto\x12\x16bettercompute.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x04\n" +
+	"$bettercompute/agent/v1/session.proto\x12\x16bettercompute.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x05\n" +
 	"\x05Frame\x125\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1d.bettercompute.agent.v1.HelloH\x00R\x05hello\x12;\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1f.bettercompute.agent.v1.WelcomeH\x00R\awelcome\x12K\n" +
@@ -1143,7 +1455,9 @@ const file_bettercompute_agent_v1_session_proto_rawDesc = "" +
 	"\theartbeat\x18\a \x01(\v2!.bettercompute.agent.v1.HeartbeatH\x00R\theartbeat\x125\n" +
 	"\x05close\x18\b \x01(\v2\x1d.bettercompute.agent.v1.CloseH\x00R\x05close\x12B\n" +
 	"\n" +
-	"result_ack\x18\t \x01(\v2!.bettercompute.agent.v1.ResultAckH\x00R\tresultAckB\x06\n" +
+	"result_ack\x18\t \x01(\v2!.bettercompute.agent.v1.ResultAckH\x00R\tresultAck\x12H\n" +
+	"\fspec_applied\x18\n" +
+	" \x01(\v2#.bettercompute.agent.v1.SpecAppliedH\x00R\vspecAppliedB\x06\n" +
 	"\x04kind\"\xce\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
@@ -1179,11 +1493,34 @@ const file_bettercompute_agent_v1_session_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"*\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"p\n" +
 	"\bNodeSpec\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
-	"generation\"\xdd\x01\n" +
+	"generation\x12D\n" +
+	"\vallocations\x18\x02 \x03(\v2\".bettercompute.agent.v1.AllocationR\vallocations\"P\n" +
+	"\n" +
+	"Allocation\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x1b\n" +
+	"\tgpu_uuids\x18\x02 \x03(\tR\bgpuUuids\"\x9c\x01\n" +
+	"\vSpecApplied\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12=\n" +
+	"\x05bound\x18\x02 \x03(\v2'.bettercompute.agent.v1.AllocationBoundR\x05bound\x12\x18\n" +
+	"\aremoved\x18\x03 \x03(\tR\aremoved\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"E\n" +
+	"\x0fAllocationBound\x12\x14\n" +
+	"\x05claim\x18\x01 \x01(\fR\x05claim\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xdb\x01\n" +
+	"\x0fAllocationClaim\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
+	"\rsession_epoch\x18\x02 \x01(\x03R\fsessionEpoch\x12%\n" +
+	"\x0ereservation_id\x18\x03 \x01(\tR\rreservationId\x12\x1b\n" +
+	"\tgpu_uuids\x18\x04 \x03(\tR\bgpuUuids\x12\x1d\n" +
+	"\n" +
+	"cdi_device\x18\x05 \x01(\tR\tcdiDevice\x12'\n" +
+	"\x0fspec_generation\x18\x06 \x01(\x03R\x0especGeneration\"\xdd\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12=\n" +
@@ -1231,7 +1568,7 @@ func file_bettercompute_agent_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_bettercompute_agent_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_bettercompute_agent_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_bettercompute_agent_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_bettercompute_agent_v1_session_proto_goTypes = []any{
 	(ProtocolVersion)(0),          // 0: bettercompute.agent.v1.ProtocolVersion
 	(CloseReason)(0),              // 1: bettercompute.agent.v1.CloseReason
@@ -1245,39 +1582,46 @@ var file_bettercompute_agent_v1_session_proto_goTypes = []any{
 	(*InventorySection)(nil),      // 9: bettercompute.agent.v1.InventorySection
 	(*Condition)(nil),             // 10: bettercompute.agent.v1.Condition
 	(*NodeSpec)(nil),              // 11: bettercompute.agent.v1.NodeSpec
-	(*Command)(nil),               // 12: bettercompute.agent.v1.Command
-	(*CommandResult)(nil),         // 13: bettercompute.agent.v1.CommandResult
-	(*ResultAck)(nil),             // 14: bettercompute.agent.v1.ResultAck
-	nil,                           // 15: bettercompute.agent.v1.Command.ArgsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*Allocation)(nil),            // 12: bettercompute.agent.v1.Allocation
+	(*SpecApplied)(nil),           // 13: bettercompute.agent.v1.SpecApplied
+	(*AllocationBound)(nil),       // 14: bettercompute.agent.v1.AllocationBound
+	(*AllocationClaim)(nil),       // 15: bettercompute.agent.v1.AllocationClaim
+	(*Command)(nil),               // 16: bettercompute.agent.v1.Command
+	(*CommandResult)(nil),         // 17: bettercompute.agent.v1.CommandResult
+	(*ResultAck)(nil),             // 18: bettercompute.agent.v1.ResultAck
+	nil,                           // 19: bettercompute.agent.v1.Command.ArgsEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
 }
 var file_bettercompute_agent_v1_session_proto_depIdxs = []int32{
 	4,  // 0: bettercompute.agent.v1.Frame.hello:type_name -> bettercompute.agent.v1.Hello
 	5,  // 1: bettercompute.agent.v1.Frame.welcome:type_name -> bettercompute.agent.v1.Welcome
 	8,  // 2: bettercompute.agent.v1.Frame.status_report:type_name -> bettercompute.agent.v1.StatusReport
 	11, // 3: bettercompute.agent.v1.Frame.node_spec:type_name -> bettercompute.agent.v1.NodeSpec
-	12, // 4: bettercompute.agent.v1.Frame.command:type_name -> bettercompute.agent.v1.Command
-	13, // 5: bettercompute.agent.v1.Frame.command_result:type_name -> bettercompute.agent.v1.CommandResult
+	16, // 4: bettercompute.agent.v1.Frame.command:type_name -> bettercompute.agent.v1.Command
+	17, // 5: bettercompute.agent.v1.Frame.command_result:type_name -> bettercompute.agent.v1.CommandResult
 	6,  // 6: bettercompute.agent.v1.Frame.heartbeat:type_name -> bettercompute.agent.v1.Heartbeat
 	7,  // 7: bettercompute.agent.v1.Frame.close:type_name -> bettercompute.agent.v1.Close
-	14, // 8: bettercompute.agent.v1.Frame.result_ack:type_name -> bettercompute.agent.v1.ResultAck
-	0,  // 9: bettercompute.agent.v1.Hello.protocol_version:type_name -> bettercompute.agent.v1.ProtocolVersion
-	16, // 10: bettercompute.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
-	17, // 11: bettercompute.agent.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	0,  // 12: bettercompute.agent.v1.Welcome.protocol_version:type_name -> bettercompute.agent.v1.ProtocolVersion
-	1,  // 13: bettercompute.agent.v1.Close.reason:type_name -> bettercompute.agent.v1.CloseReason
-	9,  // 14: bettercompute.agent.v1.StatusReport.sections:type_name -> bettercompute.agent.v1.InventorySection
-	10, // 15: bettercompute.agent.v1.StatusReport.conditions:type_name -> bettercompute.agent.v1.Condition
-	16, // 16: bettercompute.agent.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	15, // 17: bettercompute.agent.v1.Command.args:type_name -> bettercompute.agent.v1.Command.ArgsEntry
-	16, // 18: bettercompute.agent.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 19: bettercompute.agent.v1.CommandResult.status:type_name -> bettercompute.agent.v1.CommandStatus
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 8: bettercompute.agent.v1.Frame.result_ack:type_name -> bettercompute.agent.v1.ResultAck
+	13, // 9: bettercompute.agent.v1.Frame.spec_applied:type_name -> bettercompute.agent.v1.SpecApplied
+	0,  // 10: bettercompute.agent.v1.Hello.protocol_version:type_name -> bettercompute.agent.v1.ProtocolVersion
+	20, // 11: bettercompute.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
+	21, // 12: bettercompute.agent.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	0,  // 13: bettercompute.agent.v1.Welcome.protocol_version:type_name -> bettercompute.agent.v1.ProtocolVersion
+	1,  // 14: bettercompute.agent.v1.Close.reason:type_name -> bettercompute.agent.v1.CloseReason
+	9,  // 15: bettercompute.agent.v1.StatusReport.sections:type_name -> bettercompute.agent.v1.InventorySection
+	10, // 16: bettercompute.agent.v1.StatusReport.conditions:type_name -> bettercompute.agent.v1.Condition
+	20, // 17: bettercompute.agent.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	12, // 18: bettercompute.agent.v1.NodeSpec.allocations:type_name -> bettercompute.agent.v1.Allocation
+	14, // 19: bettercompute.agent.v1.SpecApplied.bound:type_name -> bettercompute.agent.v1.AllocationBound
+	19, // 20: bettercompute.agent.v1.Command.args:type_name -> bettercompute.agent.v1.Command.ArgsEntry
+	20, // 21: bettercompute.agent.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 22: bettercompute.agent.v1.CommandResult.status:type_name -> bettercompute.agent.v1.CommandStatus
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_bettercompute_agent_v1_session_proto_init() }
@@ -1295,6 +1639,7 @@ func file_bettercompute_agent_v1_session_proto_init() {
 		(*Frame_Heartbeat)(nil),
 		(*Frame_Close)(nil),
 		(*Frame_ResultAck)(nil),
+		(*Frame_SpecApplied)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1302,7 +1647,7 @@ func file_bettercompute_agent_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bettercompute_agent_v1_session_proto_rawDesc), len(file_bettercompute_agent_v1_session_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -114,7 +114,12 @@ type Reservation struct {
 	// When the node reported it bound; unset until then.
 	BoundTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=bound_time,json=boundTime,proto3" json:"bound_time,omitempty"`
 	// When it was released or expired; unset until then.
-	ReleaseTime   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=release_time,json=releaseTime,proto3" json:"release_time,omitempty"`
+	ReleaseTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=release_time,json=releaseTime,proto3" json:"release_time,omitempty"`
+	// The nodes of its GPUs, sorted: one unless it spans nodes.
+	NodeIds []string `protobuf:"bytes,15,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	// The CDI device a container runtime is given for it on its node
+	// ("bettercompute.dev/gpu=<id>"), which exists while it is bound.
+	CdiDevice     string `protobuf:"bytes,16,opt,name=cdi_device,json=cdiDevice,proto3" json:"cdi_device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +250,20 @@ func (x *Reservation) GetReleaseTime() *timestamppb.Timestamp {
 		return x.ReleaseTime
 	}
 	return nil
+}
+
+func (x *Reservation) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *Reservation) GetCdiDevice() string {
+	if x != nil {
+		return x.CdiDevice
+	}
+	return ""
 }
 
 // CreateReservationRequest asks for GPUs.
@@ -892,7 +911,7 @@ var File_bettercompute_api_v1_reservations_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_reservations_proto_rawDesc = "" +
 	"\n" +
-	"'bettercompute/api/v1/reservations.proto\x12\x14bettercompute.api.v1\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x04\n" +
+	"'bettercompute/api/v1/reservations.proto\x12\x14bettercompute.api.v1\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x04\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1c\n" +
@@ -911,7 +930,10 @@ const file_bettercompute_api_v1_reservations_proto_rawDesc = "" +
 	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x129\n" +
 	"\n" +
 	"bound_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tboundTime\x12=\n" +
-	"\frelease_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vreleaseTime\"\xcb\x02\n" +
+	"\frelease_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vreleaseTime\x12\x19\n" +
+	"\bnode_ids\x18\x0f \x03(\tR\anodeIds\x12\x1d\n" +
+	"\n" +
+	"cdi_device\x18\x10 \x01(\tR\tcdiDevice\"\xcb\x02\n" +
 	"\x18CreateReservationRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vpool_tenant\x18\x02 \x01(\tR\n" +
