@@ -105,6 +105,9 @@ type Reservation struct {
 	// CreatedAt and EndsAt come from the store's clock; BoundAt and
 	// ReleasedAt (release or expiry) are zero until then.
 	CreatedAt, EndsAt, BoundAt, ReleasedAt time.Time
+	// MeteredUntil is where the usage meter stopped: its time before this
+	// is in usage windows. Zero until the first is written.
+	MeteredUntil time.Time
 }
 
 // Active reports whether r holds its GPUs (placed or bound).

@@ -39,6 +39,7 @@ func pgReservation(r pgdb.Reservation) Reservation {
 		IdempotencyKey: r.IdempotencyKey, RequestHash: nilIfEmpty(r.RequestHash),
 		CreatedAt: r.CreatedAt.UTC(), EndsAt: r.EndsAt.UTC(),
 		BoundAt: fromNullTime(r.BoundAt), ReleasedAt: fromNullTime(r.ReleasedAt),
+		MeteredUntil: fromNullTime(r.MeteredUntil),
 	}
 }
 

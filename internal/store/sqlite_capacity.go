@@ -36,6 +36,7 @@ func sqliteReservation(r sqlitedb.Reservation) Reservation {
 		IdempotencyKey: r.IdempotencyKey, RequestHash: nilIfEmpty(r.RequestHash),
 		CreatedAt: fromMicros(r.CreatedAt), EndsAt: fromMicros(r.EndsAt),
 		BoundAt: fromNullMicros(r.BoundAt), ReleasedAt: fromNullMicros(r.ReleasedAt),
+		MeteredUntil: fromNullMicros(r.MeteredUntil),
 	}
 }
 

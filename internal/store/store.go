@@ -7,11 +7,12 @@
 // by sqlc once per engine, and wrapped by the engine files (sqlite.go,
 // postgres.go; sqlite_iam.go, postgres_iam.go for the identity queries;
 // sqlite_nodes.go, postgres_nodes.go for the node queries;
-// sqlite_capacity.go, postgres_capacity.go for pools and reservations),
-// which turn rows into domain types and errors into ErrNotFound and
-// ErrConflict. The conformance suite (conformance_test.go,
-// iam_conformance_test.go, nodes_conformance_test.go,
-// capacity_conformance_test.go) runs every method on both engines.
+// sqlite_capacity.go, postgres_capacity.go for pools and reservations;
+// sqlite_usage.go, postgres_usage.go for metered usage), which turn rows
+// into domain types and errors into ErrNotFound and ErrConflict. The
+// conformance suite (conformance_test.go, iam_conformance_test.go,
+// nodes_conformance_test.go, capacity_conformance_test.go,
+// usage_conformance_test.go) runs every method on both engines.
 //
 // Adding a query:
 //
@@ -91,6 +92,7 @@ type Querier interface {
 	IAMQuerier
 	NodeQuerier
 	CapacityQuerier
+	UsageQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.

@@ -56,7 +56,7 @@ func (q *Queries) AdoptNode(ctx context.Context, arg AdoptNodeParams) (Node, err
 const bindReservation = `-- name: BindReservation :one
 UPDATE reservations SET state = 'bound', bound_at = clock_timestamp()
 WHERE id = $1 AND state = 'placed' AND (node_id = $2 OR node_id = '')
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type BindReservationParams struct {
@@ -84,6 +84,7 @@ func (q *Queries) BindReservation(ctx context.Context, arg BindReservationParams
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -204,7 +205,7 @@ func (q *Queries) DeletePool(ctx context.Context, arg DeletePoolParams) (int64, 
 const expireReservations = `-- name: ExpireReservations :many
 UPDATE reservations SET state = 'expired', released_at = clock_timestamp()
 WHERE state IN ('placed', 'bound') AND ends_at <= clock_timestamp()
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 // The trigger reservations_free_bookings deletes their bookings.
@@ -233,6 +234,7 @@ func (q *Queries) ExpireReservations(ctx context.Context) ([]Reservation, error)
 			&i.EndsAt,
 			&i.BoundAt,
 			&i.ReleasedAt,
+			&i.MeteredUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -247,7 +249,7 @@ func (q *Queries) ExpireReservations(ctx context.Context) ([]Reservation, error)
 const extendReservation = `-- name: ExtendReservation :one
 UPDATE reservations SET ends_at = $1
 WHERE id = $2 AND state IN ('placed', 'bound') AND ends_at > clock_timestamp()
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type ExtendReservationParams struct {
@@ -275,6 +277,7 @@ func (q *Queries) ExtendReservation(ctx context.Context, arg ExtendReservationPa
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -351,7 +354,7 @@ func (q *Queries) GetPool(ctx context.Context, arg GetPoolParams) (Pool, error) 
 }
 
 const getReservation = `-- name: GetReservation :one
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations WHERE id = $1
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations WHERE id = $1
 `
 
 func (q *Queries) GetReservation(ctx context.Context, id string) (Reservation, error) {
@@ -373,12 +376,13 @@ func (q *Queries) GetReservation(ctx context.Context, id string) (Reservation, e
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
 
 const getReservationByKey = `-- name: GetReservationByKey :one
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations
 WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''
 `
 
@@ -406,6 +410,7 @@ func (q *Queries) GetReservationByKey(ctx context.Context, arg GetReservationByK
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -432,7 +437,7 @@ INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpu
 VALUES ($1, $2, $3, $4, $5,
         $6, $7, $8, $9,
         $10, clock_timestamp(), $11)
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type InsertReservationParams struct {
@@ -480,6 +485,7 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -660,7 +666,7 @@ func (q *Queries) ListReservationDevices(ctx context.Context, ids []string) ([]R
 }
 
 const listReservations = `-- name: ListReservations :many
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations
 WHERE (tenant = $1 OR $1::text IS NULL)
   AND (pool_tenant = $2 OR $2::text IS NULL)
   AND (pool = $3 OR $3::text IS NULL)
@@ -712,6 +718,7 @@ func (q *Queries) ListReservations(ctx context.Context, arg ListReservationsPara
 			&i.EndsAt,
 			&i.BoundAt,
 			&i.ReleasedAt,
+			&i.MeteredUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -778,7 +785,7 @@ func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
 const releaseReservation = `-- name: ReleaseReservation :one
 UPDATE reservations SET state = 'released', released_at = clock_timestamp()
 WHERE id = $1 AND state IN ('placed', 'bound')
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 // The trigger reservations_free_bookings deletes its bookings.
@@ -801,6 +808,7 @@ func (q *Queries) ReleaseReservation(ctx context.Context, id string) (Reservatio
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }

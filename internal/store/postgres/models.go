@@ -183,6 +183,7 @@ type Reservation struct {
 	EndsAt         time.Time
 	BoundAt        *time.Time
 	ReleasedAt     *time.Time
+	MeteredUntil   *time.Time
 }
 
 type ReservationDevice struct {
@@ -210,4 +211,20 @@ type Tenant struct {
 	Platform    bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+}
+
+type UsageWindow struct {
+	Key           string
+	Tenant        string
+	Principal     string
+	PoolTenant    string
+	Pool          string
+	ReservationID string
+	ModelKey      string
+	Meter         string
+	Gpus          int64
+	WindowStart   time.Time
+	WindowEnd     time.Time
+	Quantity      int64
+	CreatedAt     time.Time
 }

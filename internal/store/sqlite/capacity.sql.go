@@ -54,7 +54,7 @@ func (q *Queries) AdoptNode(ctx context.Context, arg AdoptNodeParams) (Node, err
 const bindReservation = `-- name: BindReservation :one
 UPDATE reservations SET state = 'bound', bound_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE id = ?1 AND state = 'placed' AND (node_id = ?2 OR node_id = '')
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type BindReservationParams struct {
@@ -82,6 +82,7 @@ func (q *Queries) BindReservation(ctx context.Context, arg BindReservationParams
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -205,7 +206,7 @@ func (q *Queries) DeletePool(ctx context.Context, arg DeletePoolParams) (int64, 
 const expireReservations = `-- name: ExpireReservations :many
 UPDATE reservations SET state = 'expired', released_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE state IN ('placed', 'bound') AND ends_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 // The trigger reservations_free_bookings deletes their bookings.
@@ -234,6 +235,7 @@ func (q *Queries) ExpireReservations(ctx context.Context) ([]Reservation, error)
 			&i.EndsAt,
 			&i.BoundAt,
 			&i.ReleasedAt,
+			&i.MeteredUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -251,7 +253,7 @@ func (q *Queries) ExpireReservations(ctx context.Context) ([]Reservation, error)
 const extendReservation = `-- name: ExtendReservation :one
 UPDATE reservations SET ends_at = ?1
 WHERE id = ?2 AND state IN ('placed', 'bound') AND ends_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type ExtendReservationParams struct {
@@ -279,6 +281,7 @@ func (q *Queries) ExtendReservation(ctx context.Context, arg ExtendReservationPa
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -358,7 +361,7 @@ func (q *Queries) GetPool(ctx context.Context, arg GetPoolParams) (Pool, error) 
 }
 
 const getReservation = `-- name: GetReservation :one
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations WHERE id = ?1
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations WHERE id = ?1
 `
 
 func (q *Queries) GetReservation(ctx context.Context, id string) (Reservation, error) {
@@ -380,12 +383,13 @@ func (q *Queries) GetReservation(ctx context.Context, id string) (Reservation, e
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
 
 const getReservationByKey = `-- name: GetReservationByKey :one
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations
 WHERE tenant = ?1 AND idempotency_key = ?2 AND idempotency_key <> ''
 `
 
@@ -413,6 +417,7 @@ func (q *Queries) GetReservationByKey(ctx context.Context, arg GetReservationByK
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -439,7 +444,7 @@ INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpu
 VALUES (?1, ?2, ?3, ?4, ?5,
         ?6, ?7, ?8, ?9,
         ?10, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?11)
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 type InsertReservationParams struct {
@@ -487,6 +492,7 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }
@@ -682,7 +688,7 @@ func (q *Queries) ListReservationDevices(ctx context.Context, ids string) ([]Res
 }
 
 const listReservations = `-- name: ListReservations :many
-SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at FROM reservations
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM reservations
 WHERE (tenant = ?1 OR ?1 IS NULL)
   AND (pool_tenant = ?2 OR ?2 IS NULL)
   AND (pool = ?3 OR ?3 IS NULL)
@@ -734,6 +740,7 @@ func (q *Queries) ListReservations(ctx context.Context, arg ListReservationsPara
 			&i.EndsAt,
 			&i.BoundAt,
 			&i.ReleasedAt,
+			&i.MeteredUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -806,7 +813,7 @@ func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
 const releaseReservation = `-- name: ReleaseReservation :one
 UPDATE reservations SET state = 'released', released_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE id = ?1 AND state IN ('placed', 'bound')
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at
+RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
 `
 
 // The trigger reservations_free_bookings deletes its bookings.
@@ -829,6 +836,7 @@ func (q *Queries) ReleaseReservation(ctx context.Context, id string) (Reservatio
 		&i.EndsAt,
 		&i.BoundAt,
 		&i.ReleasedAt,
+		&i.MeteredUntil,
 	)
 	return i, err
 }

@@ -183,6 +183,7 @@ type Reservation struct {
 	EndsAt         int64
 	BoundAt        sql.NullInt64
 	ReleasedAt     sql.NullInt64
+	MeteredUntil   sql.NullInt64
 }
 
 type ReservationDevice struct {
@@ -210,4 +211,20 @@ type Tenant struct {
 	Platform    int64
 	CreatedAt   int64
 	UpdatedAt   int64
+}
+
+type UsageWindow struct {
+	Key           string
+	Tenant        string
+	Principal     string
+	PoolTenant    string
+	Pool          string
+	ReservationID string
+	ModelKey      string
+	Meter         string
+	Gpus          int64
+	WindowStart   int64
+	WindowEnd     int64
+	Quantity      int64
+	CreatedAt     int64
 }
