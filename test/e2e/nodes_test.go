@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,11 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, engine store.Engine) *fleet {
+	return newFleetWith(t, engine, heartbeat)
+}
+
+// newFleetWith starts a control plane with the given heartbeat interval.
+func newFleetWith(t *testing.T, engine store.Engine, heartbeat time.Duration) *fleet {
 	admin := newUser(t)
 	dataDir := filepath.Join(admin.home, "data")
 	f := &fleet{t: t, admin: admin, dataDir: dataDir, bcds: map[int]*server{}}
@@ -47,12 +53,17 @@ func newFleet(t *testing.T, engine store.Engine) *fleet {
 }
 
 // startServer (re)starts the control plane; a restart keeps the gateway's
-// port, so that nodes come back to it.
+// port, so that nodes come back to it, and the API's.
 func (f *fleet) startServer() {
 	f.t.Helper()
-	args := f.args
+	args := slices.Clone(f.args)
 	if f.gateway != "" {
-		args = append(append([]string{}, args...), "--gateway-listen", strings.TrimPrefix(f.gateway, "https://"))
+		args = append(args, "--gateway-listen", strings.TrimPrefix(f.gateway, "https://"))
+	}
+	if f.server != nil {
+		// The API keeps its port too, so that tokens handed to other
+		// users (fleet.as) keep working.
+		args[slices.Index(args, "--listen")+1] = strings.TrimPrefix(f.server.url, "http://")
 	}
 	f.server = f.admin.start(args...)
 	token, err := os.ReadFile(filepath.Join(f.dataDir, "admin.token"))
