@@ -114,7 +114,9 @@ func setupSpine(t *testing.T, engine store.Engine, heartbeat time.Duration) (f *
 	f.cli("users", "create", "carol", "--tenant", "globex")
 	f.cli("groups", "add-member", "admins", "carol", "--tenant", "globex")
 	f.await("24 free GPUs", 20*time.Second, func() bool {
-		var res struct{ Pool struct{ FreeGpus map[string]int } }
+		var res struct {
+			Pool struct{ FreeGpus map[string]int }
+		}
 		if err := json.Unmarshal([]byte(f.cli("pools", "get", "gpus", "-o", "json")), &res); err != nil {
 			t.Fatal(err)
 		}
