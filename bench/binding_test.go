@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/better-compute/better-compute/client"
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+)
+
+// BenchmarkPlaceToBound measures how long a placement takes to be bound on
+// its node: BENCH_NODES (default 1,000) agents of `bcd sim` with 8 GPUs
+// each join a pool of one `better-compute serve` on SQLite; reservations of
+// one GPU are created at BENCH_RATE per second (default 50) until
+// BENCH_PLACEMENTS (default 500) are made. Place-to-bound is each
+// reservation's bound time minus its create time, both stamped by the
+// store's clock, so the figure is the server's own: the NodeSpec sent, the
+// CDI spec written on the node, the signed claim verified and recorded.
+// Run it once: -benchtime 1x.
+func BenchmarkPlaceToBound(b *testing.B) {
+	n := envInt("BENCH_NODES", 1000)
+	rate := envInt("BENCH_RATE", 50)
+	total := envInt("BENCH_PLACEMENTS", 500)
+	dir := b.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gateway := ln.Addr().String()
+	ln.Close()
+	ctx := context.Background()
+
+	for range b.N {
+		srv, apiURL := startServe(b, dir, gateway)
+		b.Cleanup(srv.stop)
+		token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
+		admin, err := client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := admin.Pools.CreatePool(ctx, connect.NewRequest(&apiv1.CreatePoolRequest{Name: "bench"})); err != nil {
+			b.Fatal(err)
+		}
+		jt, err := admin.JoinTokens.CreateJoinToken(ctx, connect.NewRequest(&apiv1.CreateJoinTokenRequest{
+			Pool: "bench", MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		simCtx, simCancel := context.WithCancel(ctx)
+		sim := exec.CommandContext(simCtx, bcdBinary(b), "sim", "--nodes", strconv.Itoa(n), "--server", jt.Msg.GetGatewayUrl(),
+			"--token", jt.Msg.GetSecret(), "--data-dir", filepath.Join(dir, "sim"), "--gpus", "8")
+		start := time.Now()
+		if err := sim.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup((&process{cmd: sim, cancel: simCancel}).stop)
+		await(b, apiURL, n, start, 5*time.Minute)
+		for free := 0; free < 8*n; {
+			res, err := admin.Pools.GetPool(ctx, connect.NewRequest(&apiv1.GetPoolRequest{Name: "bench"}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			free = 0
+			for _, c := range res.Msg.GetPool().GetFreeGpus() {
+				free += int(c)
+			}
+			if time.Since(start) > 5*time.Minute {
+				b.Fatalf("only %d of %d GPUs free after 5 minutes", free, 8*n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		// Place at the rate, each call in its own goroutine so that a slow
+		// one does not hold back the schedule.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var createErrs int
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		placeStart := time.Now()
+		for range total {
+			<-tick.C
+			wg.Go(func() {
+				_, err := admin.Reservations.CreateReservation(ctx, connect.NewRequest(&apiv1.CreateReservationRequest{
+					Pool: "bench", Gpus: 1, End: &apiv1.CreateReservationRequest_Duration{Duration: durationpb.New(time.Hour)},
+				}))
+				if err != nil {
+					mu.Lock()
+					createErrs++
+					mu.Unlock()
+					b.Logf("create: %v", err)
+				}
+			})
+		}
+		tick.Stop()
+		wg.Wait()
+		placed := time.Since(placeStart)
+		if createErrs > 0 {
+			b.Fatalf("%d of %d creates failed", createErrs, total)
+		}
+
+		var lat []time.Duration
+		for deadline := time.Now().Add(time.Minute); ; {
+			res, err := admin.Reservations.ListReservations(ctx, connect.NewRequest(&apiv1.ListReservationsRequest{}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat = lat[:0]
+			for _, r := range res.Msg.GetReservations() {
+				if r.GetState() == apiv1.ReservationState_RESERVATION_STATE_BOUND {
+					lat = append(lat, r.GetBoundTime().AsTime().Sub(r.GetCreateTime().AsTime()))
+				}
+			}
+			if len(lat) == total {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d reservations bound a minute after the last placement", len(lat), total)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(total)/placed.Seconds(), "placements/s")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	}
+}
+
+// envInt reads a positive integer from the environment, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
