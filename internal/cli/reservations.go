@@ -262,7 +262,11 @@ func reservationTable(r *apiv1.Reservation) table {
 		fmt.Fprintf(w, "pool\t%s\n", reservationPool(r))
 		fmt.Fprintf(w, "gpus\t%d\n", r.GetGpus())
 		fmt.Fprintf(w, "model\t%s\n", orDash(r.GetModel()))
-		fmt.Fprintf(w, "node\t%s\n", orDash(r.GetNodeId()))
+		nodes := r.GetNodeIds()
+		if len(nodes) == 0 && r.GetNodeId() != "" {
+			nodes = []string{r.GetNodeId()}
+		}
+		fmt.Fprintf(w, "node\t%s\n", orDash(strings.Join(nodes, ", ")))
 		devices := r.GetDeviceUuids()
 		if len(devices) == 0 {
 			fmt.Fprintf(w, "devices\t-\n")
@@ -274,6 +278,14 @@ func reservationTable(r *apiv1.Reservation) table {
 			}
 			fmt.Fprintf(w, "%s\t%s\n", label, d)
 		}
+		// The CDI device exists on the node while the reservation is bound:
+		// a container runtime given this name gets exactly its GPUs.
+		cdi := "-"
+		if r.GetState() == apiv1.ReservationState_RESERVATION_STATE_BOUND {
+			cdi = r.GetCdiDevice()
+		}
+		fmt.Fprintf(w, "cdi device\t%s\n", cdi)
+		fmt.Fprintf(w, "bound\t%s\n", formatTime(r.GetBoundTime(), "-"))
 		fmt.Fprintf(w, "ends\t%s\n", formatTime(r.GetEndTime(), "-"))
 	}
 }
