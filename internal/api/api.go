@@ -70,5 +70,6 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	mux.Handle(apiv1connect.NewJoinTokenServiceHandler(&joinTokenService{base: b, nodes: cfg.Nodes}, opts))
 	mux.Handle(apiv1connect.NewPoolServiceHandler(&poolService{b}, opts))
 	mux.Handle(apiv1connect.NewReservationServiceHandler(&reservationService{base: b, sessions: cfg.Sessions}, opts))
+	mux.Handle(apiv1connect.NewUsageServiceHandler(&usageService{b}, opts))
 	return nil
 }
