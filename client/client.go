@@ -46,6 +46,8 @@ type Client struct {
 	Pools apiv1connect.PoolServiceClient
 	// Reservations reserves GPUs from pools.
 	Reservations apiv1connect.ReservationServiceClient
+	// Usage reads metered GPU usage.
+	Usage apiv1connect.UsageServiceClient
 
 	baseURL string
 }
@@ -105,6 +107,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		JoinTokens:      apiv1connect.NewJoinTokenServiceClient(hc, base, copts...),
 		Pools:           apiv1connect.NewPoolServiceClient(hc, base, copts...),
 		Reservations:    apiv1connect.NewReservationServiceClient(hc, base, copts...),
+		Usage:           apiv1connect.NewUsageServiceClient(hc, base, copts...),
 		baseURL:         base,
 	}, nil
 }

@@ -96,6 +96,7 @@ func newRoot(env Env) *cobra.Command {
 		newJoinTokensCommand(g),
 		newPoolsCommand(g),
 		newReservationsCommand(g),
+		newUsageCommand(g),
 	)
 	return root
 }
