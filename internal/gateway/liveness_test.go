@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -189,12 +190,20 @@ func TestStatusReport(t *testing.T) {
 			t.Fatalf("condition %s: %v", conds[1], err)
 		}
 
+		if l := b.node(t, n.id).InventoryLabels; !maps.Equal(l, map[string]string{"gpu.model": "h100-sxm", "gpu.count": "3"}) {
+			t.Errorf("inventory labels after the gpus section = %v", l)
+		}
+
 		// host unchanged (no content), cpu new: host stays as stored.
-		cpu := section("cpu", &agentv1.Inventory{Cpu: &agentv1.CPU{Model: "EPYC"}})
+		cpu := section("cpu", &agentv1.Inventory{Cpu: &agentv1.CPU{Model: "EPYC", Threads: 224, NumaNodes: []*agentv1.NUMANode{{Id: 0}, {Id: 1}}}})
 		f.send(&agentv1.Frame{Kind: &agentv1.Frame_StatusReport{StatusReport: &agentv1.StatusReport{
 			Sections: []*agentv1.InventorySection{{Name: "host", Hash: host.Hash}, cpu},
 		}}})
 		eventually(t, readTimeout, "cpu stored", func() bool { return len(sections()) == 3 })
+		want := map[string]string{"gpu.model": "h100-sxm", "gpu.count": "3", "cpu.count": "224", "numa.nodes": "2"}
+		if l := b.node(t, n.id).InventoryLabels; !maps.Equal(l, want) {
+			t.Errorf("inventory labels after the cpu section = %v, want %v", l, want)
+		}
 		if now := sections(); !now["host"].UpdatedAt.Equal(got["host"].UpdatedAt) || !bytes.Equal(now["host"].Content, host.Content) {
 			t.Fatalf("host changed by a section without content: %+v", now["host"])
 		}

@@ -40,16 +40,19 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	if err != nil {
 		return errProtocol("conditions: %v", err)
 	}
-	var devices []store.Device
-	syncDevices := false
+	// The sections that labels and devices come from, decoded once.
+	decoded := map[string]*agentv1.Inventory{}
 	for _, sec := range sections {
-		if sec.Name == "gpus" {
-			if devices, err = gpuDevices(s.nodeID, sec.Content); err != nil {
-				return err
+		if labelSections[sec.Name] {
+			inv := &agentv1.Inventory{}
+			if err := proto.Unmarshal(sec.Content, inv); err != nil {
+				return errProtocol("inventory section %q: %v", sec.Name, err)
 			}
-			syncDevices = true
+			decoded[sec.Name] = inv
 		}
 	}
+	gpus, syncDevices := decoded["gpus"]
+	devices := gpuDevices(s.nodeID, gpus)
 	err = g.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
 		for _, sec := range sections {
 			if err := q.PutInventorySection(ctx, sec); err != nil {
@@ -61,6 +64,17 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 			// UUID, in the same transaction as the inventory that shows it.
 			if err := q.SyncNodeDevices(ctx, s.nodeID, devices); err != nil {
 				return err
+			}
+		}
+		if len(decoded) > 0 {
+			node, err := q.GetNode(ctx, s.nodeID)
+			if err != nil {
+				return err
+			}
+			if labels, changed := withInventoryLabels(node.InventoryLabels, decoded); changed {
+				if err := q.SetNodeInventoryLabels(ctx, s.nodeID, labels); err != nil {
+					return err
+				}
 			}
 		}
 		return q.SetNodeConditions(ctx, s.nodeID, conditions)
@@ -108,11 +122,7 @@ func validSectionName(name string) bool {
 // gpuDevices turns a "gpus" inventory section into the node's bookable
 // devices, naming each GPU's model by the catalog. A GPU without a UUID
 // cannot be booked (the UUID is the key) and is left out.
-func gpuDevices(nodeID string, content []byte) ([]store.Device, error) {
-	var inv agentv1.Inventory
-	if err := proto.Unmarshal(content, &inv); err != nil {
-		return nil, errProtocol("inventory section \"gpus\": %v", err)
-	}
+func gpuDevices(nodeID string, inv *agentv1.Inventory) []store.Device {
 	var out []store.Device
 	for _, gpu := range inv.GetGpus().GetDevices() {
 		if gpu.GetUuid() == "" {
@@ -127,5 +137,5 @@ func gpuDevices(nodeID string, content []byte) ([]store.Device, error) {
 			MemoryBytes: gpu.GetMemoryBytes(),
 		})
 	}
-	return out, nil
+	return out
 }

@@ -74,6 +74,10 @@ type Node struct {
 	State NodeState
 	// Labels come from the join token and the operator.
 	Labels map[string]string
+	// InventoryLabels come from the node's inventory (gpu.model,
+	// gpu.count, cpu.count, numa.nodes, memory.totalGiB), written by the
+	// gateway as reports arrive.
+	InventoryLabels map[string]string
 	// BcdVersion is the bcd build of its latest session.
 	BcdVersion string
 	// CertSerial, CertPublicKey (PKIX DER) and CertNotAfter describe its
@@ -199,6 +203,12 @@ type NodeQuerier interface {
 	// MarkUnreachable sets ready nodes last seen before cutoff unreachable
 	// and returns their ids.
 	MarkUnreachable(ctx context.Context, cutoff time.Time) ([]string, error)
+	// SetNodeLabels replaces the labels of the node's join token and
+	// operator.
+	SetNodeLabels(ctx context.Context, id string, labels map[string]string) (Node, error)
+	// SetNodeInventoryLabels replaces the labels the node's inventory
+	// gives it.
+	SetNodeInventoryLabels(ctx context.Context, id string, labels map[string]string) error
 	// SetNodeConditions stores the node's latest conditions.
 	SetNodeConditions(ctx context.Context, id string, conditions []byte) error
 	// PutInventorySection inserts or replaces a section.

@@ -43,6 +43,7 @@ func TestNodeConformance(t *testing.T) {
 			{"CommandResults", exerciseCommandResults},
 			{"ExpireAndFailCommands", exerciseExpireAndFailCommands},
 			{"NodesInTx", exerciseNodesInTx},
+			{"Labels", exerciseNodeLabels},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -261,6 +262,7 @@ func createNodes(ctx context.Context, t *testing.T, q store.Querier, tenant stri
 func nodesEqual(a, b store.Node) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Pool == b.Pool && a.Hostname == b.Hostname &&
 		a.MachineID == b.MachineID && a.State == b.State && maps.Equal(a.Labels, b.Labels) &&
+		maps.Equal(a.InventoryLabels, b.InventoryLabels) &&
 		a.BcdVersion == b.BcdVersion && a.CertSerial == b.CertSerial &&
 		bytes.Equal(a.CertPublicKey, b.CertPublicKey) && a.CertNotAfter.Equal(b.CertNotAfter) &&
 		a.SessionEpoch == b.SessionEpoch && a.BootID == b.BootID && a.SpecGeneration == b.SpecGeneration &&
@@ -639,4 +641,28 @@ func exerciseListRevokedNodes(ctx context.Context, t *testing.T, s *store.Store)
 	if got := must(s.ListRevokedNodes(ctx, later))(t); len(got) != 0 {
 		t.Errorf("ListRevokedNodes(since later) = %v, want none", got)
 	}
+}
+
+// exerciseNodeLabels: the operator's labels and the inventory's are kept
+// apart; setting one leaves the other as it was.
+func exerciseNodeLabels(ctx context.Context, t *testing.T, s *store.Store) {
+	seedTenants(ctx, t, s)
+	createNodes(ctx, t, s, "acme", "n1")
+	inv := map[string]string{"gpu.model": "h100-sxm", "gpu.count": "8"}
+	must(struct{}{}, s.SetNodeInventoryLabels(ctx, "n1", inv))(t)
+	n := must(s.SetNodeLabels(ctx, "n1", map[string]string{"rack": "r7"}))(t)
+	if !maps.Equal(n.Labels, map[string]string{"rack": "r7"}) || !maps.Equal(n.InventoryLabels, inv) {
+		t.Errorf("SetNodeLabels = labels %v, inventory labels %v", n.Labels, n.InventoryLabels)
+	}
+	must(struct{}{}, s.SetNodeInventoryLabels(ctx, "n1", map[string]string{"gpu.count": "7"}))(t)
+	got := must(s.GetNode(ctx, "n1"))(t)
+	if !maps.Equal(got.Labels, map[string]string{"rack": "r7"}) || !maps.Equal(got.InventoryLabels, map[string]string{"gpu.count": "7"}) {
+		t.Errorf("GetNode = labels %v, inventory labels %v", got.Labels, got.InventoryLabels)
+	}
+	if n := must(s.SetNodeLabels(ctx, "n1", nil))(t); len(n.Labels) != 0 {
+		t.Errorf("SetNodeLabels(nil) left %v", n.Labels)
+	}
+	_, err := s.SetNodeLabels(ctx, "nope", nil)
+	wantIs(t, "SetNodeLabels(missing)", err, store.ErrNotFound)
+	wantIs(t, "SetNodeInventoryLabels(missing)", s.SetNodeInventoryLabels(ctx, "nope", nil), store.ErrNotFound)
 }

@@ -49,9 +49,13 @@ func pgNode(r pgdb.Node) (Node, error) {
 	if err != nil {
 		return Node{}, fmt.Errorf("node %q: labels: %w", r.ID, err)
 	}
+	invLabels, err := decodeStrings(r.InventoryLabels)
+	if err != nil {
+		return Node{}, fmt.Errorf("node %q: inventory labels: %w", r.ID, err)
+	}
 	return Node{
 		ID: r.ID, Tenant: r.Tenant, Pool: r.Pool, Cordoned: r.Cordoned, Hostname: r.Hostname, MachineID: r.MachineID,
-		State: NodeState(r.State), Labels: labels, BcdVersion: r.BcdVersion,
+		State: NodeState(r.State), Labels: labels, InventoryLabels: invLabels, BcdVersion: r.BcdVersion,
 		CertSerial: r.CertSerial, CertPublicKey: r.CertPublicKey, CertNotAfter: r.CertNotAfter.UTC(),
 		SessionEpoch: r.SessionEpoch, BootID: r.BootID, SpecGeneration: r.SpecGeneration,
 		Conditions: nilIfEmpty(r.Conditions), LastSeenAt: fromNullTime(r.LastSeenAt),
@@ -400,4 +404,14 @@ func (p pgQuerier) FailInFlightCommands(ctx context.Context, nodeID string) ([]N
 	out, err := pgCommands(rows, err, "fail in-flight commands of node %q", nodeID)
 	sortCommands(out)
 	return out, err
+}
+
+func (p pgQuerier) SetNodeLabels(ctx context.Context, id string, labels map[string]string) (Node, error) {
+	r, err := p.q.SetNodeLabels(ctx, pgdb.SetNodeLabelsParams{ID: id, Labels: encodeStrings(labels)})
+	return pgNodeResult(r, err, "set labels of node %q", id)
+}
+
+func (p pgQuerier) SetNodeInventoryLabels(ctx context.Context, id string, labels map[string]string) error {
+	n, err := p.q.SetNodeInventoryLabels(ctx, pgdb.SetNodeInventoryLabelsParams{ID: id, InventoryLabels: encodeStrings(labels)})
+	return pgAffected(n, err, "set inventory labels of node %q", id)
 }

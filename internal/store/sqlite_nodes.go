@@ -54,9 +54,13 @@ func sqliteNode(r sqlitedb.Node) (Node, error) {
 	if err != nil {
 		return Node{}, fmt.Errorf("node %q: labels: %w", r.ID, err)
 	}
+	invLabels, err := decodeStrings([]byte(r.InventoryLabels))
+	if err != nil {
+		return Node{}, fmt.Errorf("node %q: inventory labels: %w", r.ID, err)
+	}
 	return Node{
 		ID: r.ID, Tenant: r.Tenant, Pool: r.Pool, Cordoned: r.Cordoned != 0, Hostname: r.Hostname, MachineID: r.MachineID,
-		State: NodeState(r.State), Labels: labels, BcdVersion: r.BcdVersion,
+		State: NodeState(r.State), Labels: labels, InventoryLabels: invLabels, BcdVersion: r.BcdVersion,
 		CertSerial: r.CertSerial, CertPublicKey: r.CertPublicKey, CertNotAfter: fromMicros(r.CertNotAfter),
 		SessionEpoch: r.SessionEpoch, BootID: r.BootID, SpecGeneration: r.SpecGeneration,
 		Conditions: nilIfEmpty(r.Conditions), LastSeenAt: fromNullMicros(r.LastSeenAt),
@@ -415,4 +419,14 @@ func (s sqliteQuerier) FailInFlightCommands(ctx context.Context, nodeID string) 
 	out, err := sqliteCommands(rows, err, "fail in-flight commands of node %q", nodeID)
 	sortCommands(out)
 	return out, err
+}
+
+func (s sqliteQuerier) SetNodeLabels(ctx context.Context, id string, labels map[string]string) (Node, error) {
+	r, err := s.q.SetNodeLabels(ctx, sqlitedb.SetNodeLabelsParams{ID: id, Labels: string(encodeStrings(labels))})
+	return sqliteNodeResult(r, err, "set labels of node %q", id)
+}
+
+func (s sqliteQuerier) SetNodeInventoryLabels(ctx context.Context, id string, labels map[string]string) error {
+	n, err := s.q.SetNodeInventoryLabels(ctx, sqlitedb.SetNodeInventoryLabelsParams{ID: id, InventoryLabels: string(encodeStrings(labels))})
+	return sqliteAffected(n, err, "set inventory labels of node %q", id)
 }

@@ -15,7 +15,7 @@ import (
 const adoptNode = `-- name: AdoptNode :one
 UPDATE nodes SET pool = $1
 WHERE id = $2 AND tenant = $3
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type AdoptNodeParams struct {
@@ -49,6 +49,7 @@ func (q *Queries) AdoptNode(ctx context.Context, arg AdoptNodeParams) (Node, err
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -815,7 +816,7 @@ func (q *Queries) ReleaseReservation(ctx context.Context, id string) (Reservatio
 
 const setNodeCordoned = `-- name: SetNodeCordoned :one
 UPDATE nodes SET cordoned = $1 WHERE id = $2
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type SetNodeCordonedParams struct {
@@ -846,6 +847,7 @@ func (q *Queries) SetNodeCordoned(ctx context.Context, arg SetNodeCordonedParams
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }

@@ -82,25 +82,26 @@ type JoinToken struct {
 }
 
 type Node struct {
-	ID             string
-	Tenant         string
-	Pool           string
-	Hostname       string
-	MachineID      string
-	State          string
-	Labels         []byte
-	BcdVersion     string
-	CertSerial     string
-	CertPublicKey  []byte
-	CertNotAfter   time.Time
-	SessionEpoch   int64
-	BootID         string
-	SpecGeneration int64
-	Conditions     []byte
-	LastSeenAt     *time.Time
-	CreatedAt      time.Time
-	RevokedAt      *time.Time
-	Cordoned       bool
+	ID              string
+	Tenant          string
+	Pool            string
+	Hostname        string
+	MachineID       string
+	State           string
+	Labels          []byte
+	BcdVersion      string
+	CertSerial      string
+	CertPublicKey   []byte
+	CertNotAfter    time.Time
+	SessionEpoch    int64
+	BootID          string
+	SpecGeneration  int64
+	Conditions      []byte
+	LastSeenAt      *time.Time
+	CreatedAt       time.Time
+	RevokedAt       *time.Time
+	Cordoned        bool
+	InventoryLabels []byte
 }
 
 type NodeCommand struct {

@@ -15,7 +15,7 @@ UPDATE nodes
 SET session_epoch = session_epoch + 1, state = 'ready',
     bcd_version = $1, boot_id = $2, last_seen_at = clock_timestamp()
 WHERE id = $3 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type BeginSessionParams struct {
@@ -47,6 +47,7 @@ func (q *Queries) BeginSession(ctx context.Context, arg BeginSessionParams) (Nod
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -57,7 +58,7 @@ INSERT INTO nodes (id, tenant, pool, hostname, machine_id, labels, bcd_version,
 VALUES ($1, $2, $3, $4, $5, $6,
         $7, $8, $9, $10,
         $11, clock_timestamp())
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type CreateNodeParams struct {
@@ -109,6 +110,7 @@ func (q *Queries) CreateNode(ctx context.Context, arg CreateNodeParams) (Node, e
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -127,7 +129,7 @@ func (q *Queries) DeleteNode(ctx context.Context, id string) (int64, error) {
 }
 
 const getNode = `-- name: GetNode :one
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE id = $1
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes WHERE id = $1
 `
 
 func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
@@ -153,12 +155,13 @@ func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
 
 const listAllNodes = `-- name: ListAllNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes ORDER BY id
 `
 
 func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
@@ -190,6 +193,7 @@ func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.Cordoned,
+			&i.InventoryLabels,
 		); err != nil {
 			return nil, err
 		}
@@ -256,7 +260,7 @@ func (q *Queries) ListRevokedNodes(ctx context.Context, since *time.Time) ([]str
 }
 
 const listTenantNodes = `-- name: ListTenantNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE tenant = $1 ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes WHERE tenant = $1 ORDER BY id
 `
 
 func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, error) {
@@ -288,6 +292,7 @@ func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, e
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.Cordoned,
+			&i.InventoryLabels,
 		); err != nil {
 			return nil, err
 		}
@@ -354,7 +359,7 @@ UPDATE nodes
 SET cert_serial = $1, cert_public_key = $2,
     cert_not_after = $3
 WHERE id = $4 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type RenewNodeCertParams struct {
@@ -392,6 +397,7 @@ func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (N
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -399,7 +405,7 @@ func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (N
 const revokeNode = `-- name: RevokeNode :one
 UPDATE nodes SET state = 'revoked', revoked_at = COALESCE(revoked_at, clock_timestamp())
 WHERE id = $1
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 // A second revocation keeps the first one's time.
@@ -426,6 +432,7 @@ func (q *Queries) RevokeNode(ctx context.Context, id string) (Node, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -445,6 +452,61 @@ func (q *Queries) SetNodeConditions(ctx context.Context, arg SetNodeConditionsPa
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const setNodeInventoryLabels = `-- name: SetNodeInventoryLabels :execrows
+UPDATE nodes SET inventory_labels = $1 WHERE id = $2
+`
+
+type SetNodeInventoryLabelsParams struct {
+	InventoryLabels []byte
+	ID              string
+}
+
+func (q *Queries) SetNodeInventoryLabels(ctx context.Context, arg SetNodeInventoryLabelsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, setNodeInventoryLabels, arg.InventoryLabels, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const setNodeLabels = `-- name: SetNodeLabels :one
+UPDATE nodes SET labels = $1 WHERE id = $2
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
+`
+
+type SetNodeLabelsParams struct {
+	Labels []byte
+	ID     string
+}
+
+func (q *Queries) SetNodeLabels(ctx context.Context, arg SetNodeLabelsParams) (Node, error) {
+	row := q.db.QueryRow(ctx, setNodeLabels, arg.Labels, arg.ID)
+	var i Node
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Pool,
+		&i.Hostname,
+		&i.MachineID,
+		&i.State,
+		&i.Labels,
+		&i.BcdVersion,
+		&i.CertSerial,
+		&i.CertPublicKey,
+		&i.CertNotAfter,
+		&i.SessionEpoch,
+		&i.BootID,
+		&i.SpecGeneration,
+		&i.Conditions,
+		&i.LastSeenAt,
+		&i.CreatedAt,
+		&i.RevokedAt,
+		&i.Cordoned,
+		&i.InventoryLabels,
+	)
+	return i, err
 }
 
 const touchNodes = `-- name: TouchNodes :many

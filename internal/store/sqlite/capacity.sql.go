@@ -13,7 +13,7 @@ import (
 const adoptNode = `-- name: AdoptNode :one
 UPDATE nodes SET pool = ?1
 WHERE id = ?2 AND tenant = ?3
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type AdoptNodeParams struct {
@@ -47,6 +47,7 @@ func (q *Queries) AdoptNode(ctx context.Context, arg AdoptNodeParams) (Node, err
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -843,7 +844,7 @@ func (q *Queries) ReleaseReservation(ctx context.Context, id string) (Reservatio
 
 const setNodeCordoned = `-- name: SetNodeCordoned :one
 UPDATE nodes SET cordoned = ?1 WHERE id = ?2
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type SetNodeCordonedParams struct {
@@ -874,6 +875,7 @@ func (q *Queries) SetNodeCordoned(ctx context.Context, arg SetNodeCordonedParams
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }

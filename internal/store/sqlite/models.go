@@ -82,25 +82,26 @@ type JoinToken struct {
 }
 
 type Node struct {
-	ID             string
-	Tenant         string
-	Pool           string
-	Hostname       string
-	MachineID      string
-	State          string
-	Labels         string
-	BcdVersion     string
-	CertSerial     string
-	CertPublicKey  []byte
-	CertNotAfter   int64
-	SessionEpoch   int64
-	BootID         string
-	SpecGeneration int64
-	Conditions     []byte
-	LastSeenAt     sql.NullInt64
-	CreatedAt      int64
-	RevokedAt      sql.NullInt64
-	Cordoned       int64
+	ID              string
+	Tenant          string
+	Pool            string
+	Hostname        string
+	MachineID       string
+	State           string
+	Labels          string
+	BcdVersion      string
+	CertSerial      string
+	CertPublicKey   []byte
+	CertNotAfter    int64
+	SessionEpoch    int64
+	BootID          string
+	SpecGeneration  int64
+	Conditions      []byte
+	LastSeenAt      sql.NullInt64
+	CreatedAt       int64
+	RevokedAt       sql.NullInt64
+	Cordoned        int64
+	InventoryLabels string
 }
 
 type NodeCommand struct {

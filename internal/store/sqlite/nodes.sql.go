@@ -16,7 +16,7 @@ SET session_epoch = session_epoch + 1, state = 'ready',
     bcd_version = ?1, boot_id = ?2,
     last_seen_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE id = ?3 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type BeginSessionParams struct {
@@ -48,6 +48,7 @@ func (q *Queries) BeginSession(ctx context.Context, arg BeginSessionParams) (Nod
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -58,7 +59,7 @@ INSERT INTO nodes (id, tenant, pool, hostname, machine_id, labels, bcd_version,
 VALUES (?1, ?2, ?3, ?4, ?5, ?6,
         ?7, ?8, ?9, ?10,
         ?11, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type CreateNodeParams struct {
@@ -110,6 +111,7 @@ func (q *Queries) CreateNode(ctx context.Context, arg CreateNodeParams) (Node, e
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -128,7 +130,7 @@ func (q *Queries) DeleteNode(ctx context.Context, id string) (int64, error) {
 }
 
 const getNode = `-- name: GetNode :one
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE id = ?1
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes WHERE id = ?1
 `
 
 func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
@@ -154,12 +156,13 @@ func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
 
 const listAllNodes = `-- name: ListAllNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes ORDER BY id
 `
 
 func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
@@ -191,6 +194,7 @@ func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.Cordoned,
+			&i.InventoryLabels,
 		); err != nil {
 			return nil, err
 		}
@@ -266,7 +270,7 @@ func (q *Queries) ListRevokedNodes(ctx context.Context, since sql.NullInt64) ([]
 }
 
 const listTenantNodes = `-- name: ListTenantNodes :many
-SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned FROM nodes WHERE tenant = ?1 ORDER BY id
+SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes WHERE tenant = ?1 ORDER BY id
 `
 
 func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, error) {
@@ -298,6 +302,7 @@ func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, e
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.Cordoned,
+			&i.InventoryLabels,
 		); err != nil {
 			return nil, err
 		}
@@ -370,7 +375,7 @@ UPDATE nodes
 SET cert_serial = ?1, cert_public_key = ?2,
     cert_not_after = ?3
 WHERE id = ?4 AND state <> 'revoked'
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 type RenewNodeCertParams struct {
@@ -408,6 +413,7 @@ func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (N
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -416,7 +422,7 @@ const revokeNode = `-- name: RevokeNode :one
 UPDATE nodes
 SET state = 'revoked', revoked_at = COALESCE(revoked_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
 WHERE id = ?1
-RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
 `
 
 // A second revocation keeps the first one's time.
@@ -443,6 +449,7 @@ func (q *Queries) RevokeNode(ctx context.Context, id string) (Node, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.Cordoned,
+		&i.InventoryLabels,
 	)
 	return i, err
 }
@@ -462,6 +469,61 @@ func (q *Queries) SetNodeConditions(ctx context.Context, arg SetNodeConditionsPa
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const setNodeInventoryLabels = `-- name: SetNodeInventoryLabels :execrows
+UPDATE nodes SET inventory_labels = ?1 WHERE id = ?2
+`
+
+type SetNodeInventoryLabelsParams struct {
+	InventoryLabels string
+	ID              string
+}
+
+func (q *Queries) SetNodeInventoryLabels(ctx context.Context, arg SetNodeInventoryLabelsParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, setNodeInventoryLabels, arg.InventoryLabels, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const setNodeLabels = `-- name: SetNodeLabels :one
+UPDATE nodes SET labels = ?1 WHERE id = ?2
+RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels
+`
+
+type SetNodeLabelsParams struct {
+	Labels string
+	ID     string
+}
+
+func (q *Queries) SetNodeLabels(ctx context.Context, arg SetNodeLabelsParams) (Node, error) {
+	row := q.db.QueryRowContext(ctx, setNodeLabels, arg.Labels, arg.ID)
+	var i Node
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Pool,
+		&i.Hostname,
+		&i.MachineID,
+		&i.State,
+		&i.Labels,
+		&i.BcdVersion,
+		&i.CertSerial,
+		&i.CertPublicKey,
+		&i.CertNotAfter,
+		&i.SessionEpoch,
+		&i.BootID,
+		&i.SpecGeneration,
+		&i.Conditions,
+		&i.LastSeenAt,
+		&i.CreatedAt,
+		&i.RevokedAt,
+		&i.Cordoned,
+		&i.InventoryLabels,
+	)
+	return i, err
 }
 
 const touchNodes = `-- name: TouchNodes :execrows

@@ -75,3 +75,10 @@ SELECT * FROM node_inventory WHERE node_id = sqlc.arg(node_id) ORDER BY name;
 
 -- name: ListRevokedNodes :many
 SELECT id FROM nodes WHERE revoked_at >= sqlc.arg(since) ORDER BY id;
+
+-- name: SetNodeLabels :one
+UPDATE nodes SET labels = sqlc.arg(labels) WHERE id = sqlc.arg(id)
+RETURNING *;
+
+-- name: SetNodeInventoryLabels :execrows
+UPDATE nodes SET inventory_labels = sqlc.arg(inventory_labels) WHERE id = sqlc.arg(id);
