@@ -1,6 +1,8 @@
 // Package capacity holds the control plane's capacity workers. Reservations
 // end by the store's clock: the expiry worker here ends those whose time is
-// up and frees their GPUs, whichever control-plane process runs it.
+// up and frees their GPUs, whichever control-plane process runs it. The
+// meter (meter.go) turns the time reservations held GPUs into hourly usage
+// windows, once each, however many processes run it.
 package capacity
 
 import (
