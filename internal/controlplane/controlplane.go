@@ -265,7 +265,13 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}}).Run(gwCtx)
 	}()
-	defer func() { stopGateway(); <-gwDone; <-expiryDone }()
+	// GPU-hours are metered once per window, whichever process writes them.
+	meterDone := make(chan struct{})
+	go func() {
+		defer close(meterDone)
+		_ = (&capacity.Meter{Store: st, Logger: logger}).Run(gwCtx)
+	}()
+	defer func() { stopGateway(); <-gwDone; <-expiryDone; <-meterDone }()
 	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
 	logger.Info("serving", "url", ready.URL, "gateway", ready.GatewayURL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error
