@@ -152,15 +152,15 @@ func newUsageExportCommand(g *globals) *cobra.Command {
 	var filters usageFilters
 	var format, output string
 	cmd := &cobra.Command{
-		Use:   "export --format csv|json [--output FILE]",
+		Use:   "export --format csv|json [--file FILE]",
 		Short: "Write every usage window the filters select, as CSV or JSON",
 		Long: "export pages through all the usage windows the filters select, oldest first,\n" +
-			"and streams them to standard output or --output FILE: CSV with a header line,\n" +
+			"and streams them to standard output or --file FILE: CSV with a header line,\n" +
 			"or one JSON array. quantity is exact GPU-microseconds, gpu_hours the same in\n" +
-			"hours; sum quantity for exact totals. A failed export removes --output FILE\n" +
-			"rather than leave a partial one. Here --output names the file; --format is\n" +
-			"the export's format.",
-		Example: "  better-compute usage export --format csv --since 2025-01-01T00:00:00Z --until 2025-02-01T00:00:00Z --output january.csv\n" +
+			"hours; sum quantity for exact totals. A failed export removes --file FILE\n" +
+			"rather than leave a partial one. --format is the export's format; the global\n" +
+			"-o does not apply.",
+		Example: "  better-compute usage export --format csv --since 2025-01-01T00:00:00Z --until 2025-02-01T00:00:00Z --file january.csv\n" +
 			"  better-compute usage export --format json --all-tenants --meter gpu.h100.hours",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -195,7 +195,7 @@ func newUsageExportCommand(g *globals) *cobra.Command {
 	}
 	filters.add(g, cmd)
 	cmd.Flags().StringVar(&format, "format", "", "csv or json (required)")
-	cmd.Flags().StringVar(&output, "output", "", "write to this file instead of standard output")
+	cmd.Flags().StringVar(&output, "file", "", "write to this file instead of standard output")
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{exportCSV, exportJSON}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -84,8 +84,8 @@ func TestUsageListExport(t *testing.T) {
 		n     int
 	}{{"gpu.h100.hours", 3}, {"gpu.a100.hours", 0}} {
 		path := filepath.Join(t.TempDir(), "usage.json")
-		if out := admin.table(t, "usage", "export", "--format", "json", "--meter", tt.meter, "--output", path); out != "" {
-			t.Errorf("usage export --output printed %q", out)
+		if out := admin.table(t, "usage", "export", "--format", "json", "--meter", tt.meter, "--file", path); out != "" {
+			t.Errorf("usage export --file printed %q", out)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
