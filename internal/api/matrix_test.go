@@ -103,6 +103,10 @@ var matrix = map[string]row{
 	"/bettercompute.api.v1.NodeService/AdoptNode":    {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1", "pool", "main") }},
 	"/bettercompute.api.v1.NodeService/CordonNode":   {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
 	"/bettercompute.api.v1.NodeService/UncordonNode": {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
+	"/bettercompute.api.v1.NodeService/DrainNode":    {body: func(_ *fixture, t string) map[string]any { return in(t, "id", "n-"+t+"-1") }},
+	"/bettercompute.api.v1.NodeService/LabelNode": {body: func(_ *fixture, t string) map[string]any {
+		return in(t, "id", "n-"+t+"-1", "set", map[string]any{"rack": "r7"})
+	}},
 
 	"/bettercompute.api.v1.PoolService/CreatePool":  {body: func(_ *fixture, t string) map[string]any { return in(t, "name", "newpool", "description", "New") }},
 	"/bettercompute.api.v1.PoolService/ListPools":   {body: func(_ *fixture, t string) map[string]any { return in(t) }},

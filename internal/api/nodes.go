@@ -331,6 +331,7 @@ func nodeProto(n store.Node, sections []store.InventorySection) (*apiv1.Node, er
 		Hostname:              n.Hostname,
 		State:                 nodeStates[n.State],
 		Labels:                n.Labels,
+		InventoryLabels:       n.InventoryLabels,
 		Pool:                  n.Pool,
 		BcdVersion:            n.BcdVersion,
 		SessionEpoch:          n.SessionEpoch,

@@ -246,14 +246,17 @@ func endedError(r store.Reservation) error {
 	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("reservation %s is %s", r.ID, state))
 }
 
+// reservationStates maps store states to the API's.
+var reservationStates = map[store.ReservationState]apiv1.ReservationState{
+	store.ReservationPlaced:   apiv1.ReservationState_RESERVATION_STATE_PLACED,
+	store.ReservationBound:    apiv1.ReservationState_RESERVATION_STATE_BOUND,
+	store.ReservationReleased: apiv1.ReservationState_RESERVATION_STATE_RELEASED,
+	store.ReservationExpired:  apiv1.ReservationState_RESERVATION_STATE_EXPIRED,
+}
+
 // reservationProto converts a store reservation for the API.
 func reservationProto(r store.Reservation) *apiv1.Reservation {
-	state := map[store.ReservationState]apiv1.ReservationState{
-		store.ReservationPlaced:   apiv1.ReservationState_RESERVATION_STATE_PLACED,
-		store.ReservationBound:    apiv1.ReservationState_RESERVATION_STATE_BOUND,
-		store.ReservationReleased: apiv1.ReservationState_RESERVATION_STATE_RELEASED,
-		store.ReservationExpired:  apiv1.ReservationState_RESERVATION_STATE_EXPIRED,
-	}[r.State]
+	state := reservationStates[r.State]
 	return &apiv1.Reservation{
 		Id: r.ID, Tenant: r.Tenant, Principal: r.Principal,
 		PoolTenant: r.PoolTenant, Pool: r.Pool, NodeId: r.NodeID,

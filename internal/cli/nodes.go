@@ -35,6 +35,8 @@ func newNodesCommand(g *globals) *cobra.Command {
 		newNodesAdoptCommand(g),
 		newNodesCordonCommand(g, "cordon", "Stop a node from getting new reservations; it keeps those it has"),
 		newNodesCordonCommand(g, "uncordon", "Let a cordoned node get new reservations again"),
+		newNodesDrainCommand(g),
+		newNodesLabelCommand(g),
 	)
 	return cmd
 }
@@ -128,6 +130,9 @@ func nodeTable(n *apiv1.Node) table {
 		sort.Strings(keys)
 		for _, k := range keys {
 			fmt.Fprintf(w, "label\t%s=%s\n", k, n.GetLabels()[k])
+		}
+		if l := n.GetInventoryLabels(); len(l) > 0 {
+			fmt.Fprintf(w, "inventory labels\t%s\n", labelList(l))
 		}
 		fmt.Fprintf(w, "bcd\t%s\n", orDash(n.GetBcdVersion()))
 		fmt.Fprintf(w, "session epoch\t%d\n", n.GetSessionEpoch())

@@ -69,6 +69,11 @@ func TestPoolLifecycle(t *testing.T) {
 	// Node commands reach the API; there is no node here to act on.
 	admin.fails(t, "not found", "nodes", "cordon", "n-nosuch")
 	admin.fails(t, "not found", "nodes", "uncordon", "n-nosuch")
+	admin.fails(t, "not found", "nodes", "drain", "n-nosuch", "--release")
+	admin.fails(t, "not found", "nodes", "label", "n-nosuch", "rack=r7")
+	admin.fails(t, `"rack": use KEY=VALUE to set a label or KEY- to remove one`, "nodes", "label", "n-nosuch", "rack")
+	admin.fails(t, "which the node's inventory sets", "nodes", "label", "n-nosuch", "gpu.count=9")
+	admin.fails(t, "--wait -1s: give a positive duration", "nodes", "drain", "n-nosuch", "--wait", "-1s")
 	admin.do(t, &apiv1.CreatePoolResponse{}, "pools", "create", "spare")
 	admin.fails(t, "not found", "nodes", "adopt", "n-nosuch", "--pool", "spare")
 	admin.fails(t, "--pool is required", "nodes", "adopt", "n-nosuch")

@@ -19,7 +19,7 @@ func TestSchemaActions(t *testing.T) {
 	}{
 		{[]string{"compute:pools:create", "compute:pools:list"}, []string{"Tenant"}},
 		{[]string{"compute:pools:get", "compute:pools:update", "compute:pools:delete", "compute:pools:offer", "compute:pools:unoffer"}, []string{"Pool"}},
-		{[]string{"compute:nodes:get", "compute:nodes:cordon", "compute:nodes:uncordon", "compute:nodes:drain", "compute:nodes:revoke", "compute:nodes:delete", "compute:nodes:exec-command"}, []string{"Node"}},
+		{[]string{"compute:nodes:get", "compute:nodes:cordon", "compute:nodes:uncordon", "compute:nodes:drain", "compute:nodes:label", "compute:nodes:revoke", "compute:nodes:delete", "compute:nodes:exec-command"}, []string{"Node"}},
 		{[]string{"compute:nodes:list"}, []string{"Pool", "Tenant"}},
 		{[]string{"compute:nodes:adopt"}, []string{"Node", "Pool"}},
 		{[]string{"compute:join-tokens:create", "compute:join-tokens:list"}, []string{"Pool", "Tenant"}},

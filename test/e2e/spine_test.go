@@ -207,6 +207,31 @@ func TestSpine(t *testing.T) {
 			_, ok := f.cdiSpec(holder, id)
 			return !ok
 		})
+
+		// The node's inventory labels it; the operator adds a label.
+		holderID := f.nodeID(holder)
+		var got struct {
+			Node struct{ Labels, InventoryLabels map[string]string }
+		}
+		if err := json.Unmarshal([]byte(f.cli("nodes", "label", holderID, "rack=r7", "-o", "json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Node.Labels["rack"] != "r7" || got.Node.InventoryLabels["gpu.count"] != "8" || got.Node.InventoryLabels["gpu.model"] == "" {
+			t.Errorf("node labels = %v, inventory labels = %v", got.Node.Labels, got.Node.InventoryLabels)
+		}
+
+		// Draining with release ends alice's new reservation on the node,
+		// which unbinds it, and cordons the node.
+		again := reserve(t, alice, "8")
+		r = f.awaitBound(alice, again)
+		drained := r.NodeIDs[0]
+		if out := f.cli("nodes", "drain", drained, "--release"); !strings.Contains(out, again+" of acme, RELEASED") {
+			t.Errorf("nodes drain --release:\n%s", out)
+		}
+		f.await("the drained node's CDI spec removed", 10*time.Second, func() bool {
+			_, ok := f.cdiSpec(f.nodeIndex(drained), again)
+			return !ok
+		})
 		f.server.stop(syscall.SIGTERM)
 	})
 }

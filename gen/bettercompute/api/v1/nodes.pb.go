@@ -186,9 +186,12 @@ type Node struct {
 	// The spec generation the control plane wants.
 	SpecGeneration int64 `protobuf:"varint,15,opt,name=spec_generation,json=specGeneration,proto3" json:"spec_generation,omitempty"`
 	// Whether the node is cordoned: it keeps its reservations but gets no new ones.
-	Cordoned      bool `protobuf:"varint,16,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cordoned bool `protobuf:"varint,16,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// Labels from the node's inventory: gpu.model, gpu.count, cpu.count,
+	// numa.nodes, memory.totalGiB. The operator cannot set these keys.
+	InventoryLabels map[string]string `protobuf:"bytes,17,rep,name=inventory_labels,json=inventoryLabels,proto3" json:"inventory_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -331,6 +334,13 @@ func (x *Node) GetCordoned() bool {
 		return x.Cordoned
 	}
 	return false
+}
+
+func (x *Node) GetInventoryLabels() map[string]string {
+	if x != nil {
+		return x.InventoryLabels
+	}
+	return nil
 }
 
 // NodeCommand is a command sent to a node and its outcome.
@@ -1415,6 +1425,320 @@ func (x *CordonNodeResponse) GetNode() *Node {
 	return nil
 }
 
+// DrainNodeRequest names a node to drain.
+type DrainNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The node's id.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Release the reservations holding its GPUs now, whichever tenant made
+	// them; without it they run to their end.
+	Release       bool `protobuf:"varint,3,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DrainNodeRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+// DrainNodeResponse returns the cordoned node and its reservations.
+type DrainNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node after the change.
+	Node *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The reservations that held its GPUs: still active without release,
+	// released with it.
+	Reservations  []*DrainedReservation `protobuf:"bytes,2,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DrainNodeResponse) GetReservations() []*DrainedReservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+// DrainedReservation is a reservation on a drained node, as much of it as
+// the node's owner may see, whichever tenant made it.
+type DrainedReservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reservation's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tenant that made it.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Where it is in its lifecycle.
+	State ReservationState `protobuf:"varint,3,opt,name=state,proto3,enum=bettercompute.api.v1.ReservationState" json:"state,omitempty"`
+	// When it ends (or ended).
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainedReservation) Reset() {
+	*x = DrainedReservation{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainedReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainedReservation) ProtoMessage() {}
+
+func (x *DrainedReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainedReservation.ProtoReflect.Descriptor instead.
+func (*DrainedReservation) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DrainedReservation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DrainedReservation) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DrainedReservation) GetState() ReservationState {
+	if x != nil {
+		return x.State
+	}
+	return ReservationState_RESERVATION_STATE_UNSPECIFIED
+}
+
+func (x *DrainedReservation) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+// LabelNodeRequest changes a node's operator labels.
+type LabelNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The node's id.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Labels to set, replacing any value a key had.
+	Set map[string]string `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Keys to remove; removing a key the node lacks is not an error.
+	Remove        []string `protobuf:"bytes,4,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LabelNodeRequest) Reset() {
+	*x = LabelNodeRequest{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LabelNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LabelNodeRequest) ProtoMessage() {}
+
+func (x *LabelNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LabelNodeRequest.ProtoReflect.Descriptor instead.
+func (*LabelNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LabelNodeRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *LabelNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LabelNodeRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *LabelNodeRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+// LabelNodeResponse returns the labelled node.
+type LabelNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node after the change.
+	Node          *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LabelNodeResponse) Reset() {
+	*x = LabelNodeResponse{}
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LabelNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LabelNodeResponse) ProtoMessage() {}
+
+func (x *LabelNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LabelNodeResponse.ProtoReflect.Descriptor instead.
+func (*LabelNodeResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LabelNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 // UncordonNodeRequest names a node.
 type UncordonNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1428,7 +1752,7 @@ type UncordonNodeRequest struct {
 
 func (x *UncordonNodeRequest) Reset() {
 	*x = UncordonNodeRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1764,7 @@ func (x *UncordonNodeRequest) String() string {
 func (*UncordonNodeRequest) ProtoMessage() {}
 
 func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[20]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1777,7 @@ func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*UncordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{20}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UncordonNodeRequest) GetTenant() string {
@@ -1481,7 +1805,7 @@ type UncordonNodeResponse struct {
 
 func (x *UncordonNodeResponse) Reset() {
 	*x = UncordonNodeResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1817,7 @@ func (x *UncordonNodeResponse) String() string {
 func (*UncordonNodeResponse) ProtoMessage() {}
 
 func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[21]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1830,7 @@ func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonNodeResponse.ProtoReflect.Descriptor instead.
 func (*UncordonNodeResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{21}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UncordonNodeResponse) GetNode() *Node {
@@ -1545,7 +1869,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1881,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[22]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1894,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{22}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1664,7 +1988,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2000,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[23]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2013,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{23}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateJoinTokenRequest) GetTenant() string {
@@ -1749,7 +2073,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2085,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[24]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2098,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{24}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateJoinTokenResponse) GetJoinToken() *JoinToken {
@@ -1809,7 +2133,7 @@ type ListJoinTokensRequest struct {
 
 func (x *ListJoinTokensRequest) Reset() {
 	*x = ListJoinTokensRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2145,7 @@ func (x *ListJoinTokensRequest) String() string {
 func (*ListJoinTokensRequest) ProtoMessage() {}
 
 func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[25]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2158,7 @@ func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{25}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListJoinTokensRequest) GetTenant() string {
@@ -1855,7 +2179,7 @@ type ListJoinTokensResponse struct {
 
 func (x *ListJoinTokensResponse) Reset() {
 	*x = ListJoinTokensResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2191,7 @@ func (x *ListJoinTokensResponse) String() string {
 func (*ListJoinTokensResponse) ProtoMessage() {}
 
 func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[26]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2204,7 @@ func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{26}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJoinTokensResponse) GetJoinTokens() []*JoinToken {
@@ -1903,7 +2227,7 @@ type RevokeJoinTokenRequest struct {
 
 func (x *RevokeJoinTokenRequest) Reset() {
 	*x = RevokeJoinTokenRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2239,7 @@ func (x *RevokeJoinTokenRequest) String() string {
 func (*RevokeJoinTokenRequest) ProtoMessage() {}
 
 func (x *RevokeJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[27]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2252,7 @@ func (x *RevokeJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{27}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevokeJoinTokenRequest) GetTenant() string {
@@ -1956,7 +2280,7 @@ type RevokeJoinTokenResponse struct {
 
 func (x *RevokeJoinTokenResponse) Reset() {
 	*x = RevokeJoinTokenResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2292,7 @@ func (x *RevokeJoinTokenResponse) String() string {
 func (*RevokeJoinTokenResponse) ProtoMessage() {}
 
 func (x *RevokeJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[28]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2305,7 @@ func (x *RevokeJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{28}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RevokeJoinTokenResponse) GetJoinToken() *JoinToken {
@@ -2004,7 +2328,7 @@ type GetInstallScriptRequest struct {
 
 func (x *GetInstallScriptRequest) Reset() {
 	*x = GetInstallScriptRequest{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2340,7 @@ func (x *GetInstallScriptRequest) String() string {
 func (*GetInstallScriptRequest) ProtoMessage() {}
 
 func (x *GetInstallScriptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[29]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2353,7 @@ func (x *GetInstallScriptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallScriptRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallScriptRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{29}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetInstallScriptRequest) GetTenant() string {
@@ -2057,7 +2381,7 @@ type GetInstallScriptResponse struct {
 
 func (x *GetInstallScriptResponse) Reset() {
 	*x = GetInstallScriptResponse{}
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2393,7 @@ func (x *GetInstallScriptResponse) String() string {
 func (*GetInstallScriptResponse) ProtoMessage() {}
 
 func (x *GetInstallScriptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[30]
+	mi := &file_bettercompute_api_v1_nodes_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2406,7 @@ func (x *GetInstallScriptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallScriptResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallScriptResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{30}
+	return file_bettercompute_api_v1_nodes_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetInstallScriptResponse) GetScript() string {
@@ -2096,7 +2420,7 @@ var File_bettercompute_api_v1_nodes_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\n" +
-	" bettercompute/api/v1/nodes.proto\x12\x14bettercompute.api.v1\x1a&bettercompute/agent/v1/inventory.proto\x1a$bettercompute/agent/v1/session.proto\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x06\n" +
+	" bettercompute/api/v1/nodes.proto\x12\x14bettercompute.api.v1\x1a&bettercompute/agent/v1/inventory.proto\x1a$bettercompute/agent/v1/session.proto\x1a bettercompute/api/v1/authz.proto\x1a'bettercompute/api/v1/reservations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1a\n" +
@@ -2119,8 +2443,12 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\vrevoke_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"revokeTime\x12'\n" +
 	"\x0fspec_generation\x18\x0f \x01(\x03R\x0especGeneration\x12\x1a\n" +
-	"\bcordoned\x18\x10 \x01(\bR\bcordoned\x1a9\n" +
+	"\bcordoned\x18\x10 \x01(\bR\bcordoned\x12Z\n" +
+	"\x10inventory_labels\x18\x11 \x03(\v2/.bettercompute.api.v1.Node.InventoryLabelsEntryR\x0finventoryLabels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aB\n" +
+	"\x14InventoryLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x03\n" +
 	"\vNodeCommand\x12\x0e\n" +
@@ -2192,6 +2520,28 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"D\n" +
 	"\x12CordonNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\"T\n" +
+	"\x10DrainNodeRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
+	"\arelease\x18\x03 \x01(\bR\arelease\"\x91\x01\n" +
+	"\x11DrainNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\x12L\n" +
+	"\freservations\x18\x02 \x03(\v2(.bettercompute.api.v1.DrainedReservationR\freservations\"\xb1\x01\n" +
+	"\x12DrainedReservation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12<\n" +
+	"\x05state\x18\x03 \x01(\x0e2&.bettercompute.api.v1.ReservationStateR\x05state\x125\n" +
+	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xcd\x01\n" +
+	"\x10LabelNodeRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12A\n" +
+	"\x03set\x18\x03 \x03(\v2/.bettercompute.api.v1.LabelNodeRequest.SetEntryR\x03set\x12\x16\n" +
+	"\x06remove\x18\x04 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
+	"\x11LabelNodeResponse\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.bettercompute.api.v1.NodeR\x04node\"=\n" +
 	"\x13UncordonNodeRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
@@ -2262,8 +2612,7 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"\x1cNODE_COMMAND_STATE_SUCCEEDED\x10\x03\x12\x1d\n" +
 	"\x19NODE_COMMAND_STATE_FAILED\x10\x04\x12\x1e\n" +
 	"\x1aNODE_COMMAND_STATE_EXPIRED\x10\x05\x12\x1e\n" +
-	"\x1aNODE_COMMAND_STATE_UNKNOWN\x10\x062\xf1\n" +
-	"\n" +
+	"\x1aNODE_COMMAND_STATE_UNKNOWN\x10\x062\xf9\f\n" +
 	"\vNodeService\x12\x81\x01\n" +
 	"\tListNodes\x12&.bettercompute.api.v1.ListNodesRequest\x1a'.bettercompute.api.v1.ListNodesResponse\"#\xa2\xbb\x18\x1c\n" +
 	"\x12compute:nodes:list\x12\x06Tenant\x90\x02\x01\x12|\n" +
@@ -2288,7 +2637,11 @@ const file_bettercompute_api_v1_nodes_proto_rawDesc = "" +
 	"CordonNode\x12'.bettercompute.api.v1.CordonNodeRequest\x1a(.bettercompute.api.v1.CordonNodeResponse\"$\xa2\xbb\x18 \n" +
 	"\x14compute:nodes:cordon\x12\x04Node\x1a\x02id\x12\x8d\x01\n" +
 	"\fUncordonNode\x12).bettercompute.api.v1.UncordonNodeRequest\x1a*.bettercompute.api.v1.UncordonNodeResponse\"&\xa2\xbb\x18\"\n" +
-	"\x16compute:nodes:uncordon\x12\x04Node\x1a\x02id2\x87\x05\n" +
+	"\x16compute:nodes:uncordon\x12\x04Node\x1a\x02id\x12\x81\x01\n" +
+	"\tDrainNode\x12&.bettercompute.api.v1.DrainNodeRequest\x1a'.bettercompute.api.v1.DrainNodeResponse\"#\xa2\xbb\x18\x1f\n" +
+	"\x13compute:nodes:drain\x12\x04Node\x1a\x02id\x12\x81\x01\n" +
+	"\tLabelNode\x12&.bettercompute.api.v1.LabelNodeRequest\x1a'.bettercompute.api.v1.LabelNodeResponse\"#\xa2\xbb\x18\x1f\n" +
+	"\x13compute:nodes:label\x12\x04Node\x1a\x02id2\x87\x05\n" +
 	"\x10JoinTokenService\x12\x98\x01\n" +
 	"\x0fCreateJoinToken\x12,.bettercompute.api.v1.CreateJoinTokenRequest\x1a-.bettercompute.api.v1.CreateJoinTokenResponse\"(\xa2\xbb\x18$\n" +
 	"\x1acompute:join-tokens:create\x12\x06Tenant\x12\x96\x01\n" +
@@ -2312,7 +2665,7 @@ func file_bettercompute_api_v1_nodes_proto_rawDescGZIP() []byte {
 }
 
 var file_bettercompute_api_v1_nodes_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bettercompute_api_v1_nodes_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_bettercompute_api_v1_nodes_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_bettercompute_api_v1_nodes_proto_goTypes = []any{
 	(NodeState)(0),                   // 0: bettercompute.api.v1.NodeState
 	(NodeCommandState)(0),            // 1: bettercompute.api.v1.NodeCommandState
@@ -2336,94 +2689,113 @@ var file_bettercompute_api_v1_nodes_proto_goTypes = []any{
 	(*AdoptNodeResponse)(nil),        // 19: bettercompute.api.v1.AdoptNodeResponse
 	(*CordonNodeRequest)(nil),        // 20: bettercompute.api.v1.CordonNodeRequest
 	(*CordonNodeResponse)(nil),       // 21: bettercompute.api.v1.CordonNodeResponse
-	(*UncordonNodeRequest)(nil),      // 22: bettercompute.api.v1.UncordonNodeRequest
-	(*UncordonNodeResponse)(nil),     // 23: bettercompute.api.v1.UncordonNodeResponse
-	(*JoinToken)(nil),                // 24: bettercompute.api.v1.JoinToken
-	(*CreateJoinTokenRequest)(nil),   // 25: bettercompute.api.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),  // 26: bettercompute.api.v1.CreateJoinTokenResponse
-	(*ListJoinTokensRequest)(nil),    // 27: bettercompute.api.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),   // 28: bettercompute.api.v1.ListJoinTokensResponse
-	(*RevokeJoinTokenRequest)(nil),   // 29: bettercompute.api.v1.RevokeJoinTokenRequest
-	(*RevokeJoinTokenResponse)(nil),  // 30: bettercompute.api.v1.RevokeJoinTokenResponse
-	(*GetInstallScriptRequest)(nil),  // 31: bettercompute.api.v1.GetInstallScriptRequest
-	(*GetInstallScriptResponse)(nil), // 32: bettercompute.api.v1.GetInstallScriptResponse
-	nil,                              // 33: bettercompute.api.v1.Node.LabelsEntry
-	nil,                              // 34: bettercompute.api.v1.NodeCommand.ArgsEntry
-	nil,                              // 35: bettercompute.api.v1.ExecCommandRequest.ArgsEntry
-	nil,                              // 36: bettercompute.api.v1.JoinToken.LabelsEntry
-	nil,                              // 37: bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
-	(*v1.Inventory)(nil),             // 38: bettercompute.agent.v1.Inventory
-	(*v1.Condition)(nil),             // 39: bettercompute.agent.v1.Condition
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
+	(*DrainNodeRequest)(nil),         // 22: bettercompute.api.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 23: bettercompute.api.v1.DrainNodeResponse
+	(*DrainedReservation)(nil),       // 24: bettercompute.api.v1.DrainedReservation
+	(*LabelNodeRequest)(nil),         // 25: bettercompute.api.v1.LabelNodeRequest
+	(*LabelNodeResponse)(nil),        // 26: bettercompute.api.v1.LabelNodeResponse
+	(*UncordonNodeRequest)(nil),      // 27: bettercompute.api.v1.UncordonNodeRequest
+	(*UncordonNodeResponse)(nil),     // 28: bettercompute.api.v1.UncordonNodeResponse
+	(*JoinToken)(nil),                // 29: bettercompute.api.v1.JoinToken
+	(*CreateJoinTokenRequest)(nil),   // 30: bettercompute.api.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),  // 31: bettercompute.api.v1.CreateJoinTokenResponse
+	(*ListJoinTokensRequest)(nil),    // 32: bettercompute.api.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),   // 33: bettercompute.api.v1.ListJoinTokensResponse
+	(*RevokeJoinTokenRequest)(nil),   // 34: bettercompute.api.v1.RevokeJoinTokenRequest
+	(*RevokeJoinTokenResponse)(nil),  // 35: bettercompute.api.v1.RevokeJoinTokenResponse
+	(*GetInstallScriptRequest)(nil),  // 36: bettercompute.api.v1.GetInstallScriptRequest
+	(*GetInstallScriptResponse)(nil), // 37: bettercompute.api.v1.GetInstallScriptResponse
+	nil,                              // 38: bettercompute.api.v1.Node.LabelsEntry
+	nil,                              // 39: bettercompute.api.v1.Node.InventoryLabelsEntry
+	nil,                              // 40: bettercompute.api.v1.NodeCommand.ArgsEntry
+	nil,                              // 41: bettercompute.api.v1.ExecCommandRequest.ArgsEntry
+	nil,                              // 42: bettercompute.api.v1.LabelNodeRequest.SetEntry
+	nil,                              // 43: bettercompute.api.v1.JoinToken.LabelsEntry
+	nil,                              // 44: bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
+	(*v1.Inventory)(nil),             // 45: bettercompute.agent.v1.Inventory
+	(*v1.Condition)(nil),             // 46: bettercompute.agent.v1.Condition
+	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
+	(ReservationState)(0),            // 49: bettercompute.api.v1.ReservationState
 }
 var file_bettercompute_api_v1_nodes_proto_depIdxs = []int32{
 	0,  // 0: bettercompute.api.v1.Node.state:type_name -> bettercompute.api.v1.NodeState
-	33, // 1: bettercompute.api.v1.Node.labels:type_name -> bettercompute.api.v1.Node.LabelsEntry
-	38, // 2: bettercompute.api.v1.Node.inventory:type_name -> bettercompute.agent.v1.Inventory
-	39, // 3: bettercompute.api.v1.Node.conditions:type_name -> bettercompute.agent.v1.Condition
-	40, // 4: bettercompute.api.v1.Node.last_seen_time:type_name -> google.protobuf.Timestamp
-	40, // 5: bettercompute.api.v1.Node.certificate_expire_time:type_name -> google.protobuf.Timestamp
-	40, // 6: bettercompute.api.v1.Node.create_time:type_name -> google.protobuf.Timestamp
-	40, // 7: bettercompute.api.v1.Node.revoke_time:type_name -> google.protobuf.Timestamp
-	34, // 8: bettercompute.api.v1.NodeCommand.args:type_name -> bettercompute.api.v1.NodeCommand.ArgsEntry
-	1,  // 9: bettercompute.api.v1.NodeCommand.state:type_name -> bettercompute.api.v1.NodeCommandState
-	40, // 10: bettercompute.api.v1.NodeCommand.create_time:type_name -> google.protobuf.Timestamp
-	40, // 11: bettercompute.api.v1.NodeCommand.deadline:type_name -> google.protobuf.Timestamp
-	40, // 12: bettercompute.api.v1.NodeCommand.finish_time:type_name -> google.protobuf.Timestamp
-	2,  // 13: bettercompute.api.v1.ListNodesResponse.nodes:type_name -> bettercompute.api.v1.Node
-	2,  // 14: bettercompute.api.v1.GetNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	2,  // 15: bettercompute.api.v1.RevokeNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	35, // 16: bettercompute.api.v1.ExecCommandRequest.args:type_name -> bettercompute.api.v1.ExecCommandRequest.ArgsEntry
-	41, // 17: bettercompute.api.v1.ExecCommandRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 18: bettercompute.api.v1.ExecCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
-	3,  // 19: bettercompute.api.v1.GetCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
-	3,  // 20: bettercompute.api.v1.ListCommandsResponse.commands:type_name -> bettercompute.api.v1.NodeCommand
-	2,  // 21: bettercompute.api.v1.AdoptNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	2,  // 22: bettercompute.api.v1.CordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	2,  // 23: bettercompute.api.v1.UncordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
-	36, // 24: bettercompute.api.v1.JoinToken.labels:type_name -> bettercompute.api.v1.JoinToken.LabelsEntry
-	40, // 25: bettercompute.api.v1.JoinToken.create_time:type_name -> google.protobuf.Timestamp
-	40, // 26: bettercompute.api.v1.JoinToken.expire_time:type_name -> google.protobuf.Timestamp
-	40, // 27: bettercompute.api.v1.JoinToken.revoke_time:type_name -> google.protobuf.Timestamp
-	41, // 28: bettercompute.api.v1.CreateJoinTokenRequest.ttl:type_name -> google.protobuf.Duration
-	37, // 29: bettercompute.api.v1.CreateJoinTokenRequest.labels:type_name -> bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
-	24, // 30: bettercompute.api.v1.CreateJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
-	24, // 31: bettercompute.api.v1.ListJoinTokensResponse.join_tokens:type_name -> bettercompute.api.v1.JoinToken
-	24, // 32: bettercompute.api.v1.RevokeJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
-	4,  // 33: bettercompute.api.v1.NodeService.ListNodes:input_type -> bettercompute.api.v1.ListNodesRequest
-	6,  // 34: bettercompute.api.v1.NodeService.GetNode:input_type -> bettercompute.api.v1.GetNodeRequest
-	8,  // 35: bettercompute.api.v1.NodeService.RevokeNode:input_type -> bettercompute.api.v1.RevokeNodeRequest
-	10, // 36: bettercompute.api.v1.NodeService.DeleteNode:input_type -> bettercompute.api.v1.DeleteNodeRequest
-	12, // 37: bettercompute.api.v1.NodeService.ExecCommand:input_type -> bettercompute.api.v1.ExecCommandRequest
-	14, // 38: bettercompute.api.v1.NodeService.GetCommand:input_type -> bettercompute.api.v1.GetCommandRequest
-	16, // 39: bettercompute.api.v1.NodeService.ListCommands:input_type -> bettercompute.api.v1.ListCommandsRequest
-	18, // 40: bettercompute.api.v1.NodeService.AdoptNode:input_type -> bettercompute.api.v1.AdoptNodeRequest
-	20, // 41: bettercompute.api.v1.NodeService.CordonNode:input_type -> bettercompute.api.v1.CordonNodeRequest
-	22, // 42: bettercompute.api.v1.NodeService.UncordonNode:input_type -> bettercompute.api.v1.UncordonNodeRequest
-	25, // 43: bettercompute.api.v1.JoinTokenService.CreateJoinToken:input_type -> bettercompute.api.v1.CreateJoinTokenRequest
-	27, // 44: bettercompute.api.v1.JoinTokenService.ListJoinTokens:input_type -> bettercompute.api.v1.ListJoinTokensRequest
-	29, // 45: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:input_type -> bettercompute.api.v1.RevokeJoinTokenRequest
-	31, // 46: bettercompute.api.v1.JoinTokenService.GetInstallScript:input_type -> bettercompute.api.v1.GetInstallScriptRequest
-	5,  // 47: bettercompute.api.v1.NodeService.ListNodes:output_type -> bettercompute.api.v1.ListNodesResponse
-	7,  // 48: bettercompute.api.v1.NodeService.GetNode:output_type -> bettercompute.api.v1.GetNodeResponse
-	9,  // 49: bettercompute.api.v1.NodeService.RevokeNode:output_type -> bettercompute.api.v1.RevokeNodeResponse
-	11, // 50: bettercompute.api.v1.NodeService.DeleteNode:output_type -> bettercompute.api.v1.DeleteNodeResponse
-	13, // 51: bettercompute.api.v1.NodeService.ExecCommand:output_type -> bettercompute.api.v1.ExecCommandResponse
-	15, // 52: bettercompute.api.v1.NodeService.GetCommand:output_type -> bettercompute.api.v1.GetCommandResponse
-	17, // 53: bettercompute.api.v1.NodeService.ListCommands:output_type -> bettercompute.api.v1.ListCommandsResponse
-	19, // 54: bettercompute.api.v1.NodeService.AdoptNode:output_type -> bettercompute.api.v1.AdoptNodeResponse
-	21, // 55: bettercompute.api.v1.NodeService.CordonNode:output_type -> bettercompute.api.v1.CordonNodeResponse
-	23, // 56: bettercompute.api.v1.NodeService.UncordonNode:output_type -> bettercompute.api.v1.UncordonNodeResponse
-	26, // 57: bettercompute.api.v1.JoinTokenService.CreateJoinToken:output_type -> bettercompute.api.v1.CreateJoinTokenResponse
-	28, // 58: bettercompute.api.v1.JoinTokenService.ListJoinTokens:output_type -> bettercompute.api.v1.ListJoinTokensResponse
-	30, // 59: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:output_type -> bettercompute.api.v1.RevokeJoinTokenResponse
-	32, // 60: bettercompute.api.v1.JoinTokenService.GetInstallScript:output_type -> bettercompute.api.v1.GetInstallScriptResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	38, // 1: bettercompute.api.v1.Node.labels:type_name -> bettercompute.api.v1.Node.LabelsEntry
+	45, // 2: bettercompute.api.v1.Node.inventory:type_name -> bettercompute.agent.v1.Inventory
+	46, // 3: bettercompute.api.v1.Node.conditions:type_name -> bettercompute.agent.v1.Condition
+	47, // 4: bettercompute.api.v1.Node.last_seen_time:type_name -> google.protobuf.Timestamp
+	47, // 5: bettercompute.api.v1.Node.certificate_expire_time:type_name -> google.protobuf.Timestamp
+	47, // 6: bettercompute.api.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	47, // 7: bettercompute.api.v1.Node.revoke_time:type_name -> google.protobuf.Timestamp
+	39, // 8: bettercompute.api.v1.Node.inventory_labels:type_name -> bettercompute.api.v1.Node.InventoryLabelsEntry
+	40, // 9: bettercompute.api.v1.NodeCommand.args:type_name -> bettercompute.api.v1.NodeCommand.ArgsEntry
+	1,  // 10: bettercompute.api.v1.NodeCommand.state:type_name -> bettercompute.api.v1.NodeCommandState
+	47, // 11: bettercompute.api.v1.NodeCommand.create_time:type_name -> google.protobuf.Timestamp
+	47, // 12: bettercompute.api.v1.NodeCommand.deadline:type_name -> google.protobuf.Timestamp
+	47, // 13: bettercompute.api.v1.NodeCommand.finish_time:type_name -> google.protobuf.Timestamp
+	2,  // 14: bettercompute.api.v1.ListNodesResponse.nodes:type_name -> bettercompute.api.v1.Node
+	2,  // 15: bettercompute.api.v1.GetNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 16: bettercompute.api.v1.RevokeNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	41, // 17: bettercompute.api.v1.ExecCommandRequest.args:type_name -> bettercompute.api.v1.ExecCommandRequest.ArgsEntry
+	48, // 18: bettercompute.api.v1.ExecCommandRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 19: bettercompute.api.v1.ExecCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
+	3,  // 20: bettercompute.api.v1.GetCommandResponse.command:type_name -> bettercompute.api.v1.NodeCommand
+	3,  // 21: bettercompute.api.v1.ListCommandsResponse.commands:type_name -> bettercompute.api.v1.NodeCommand
+	2,  // 22: bettercompute.api.v1.AdoptNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 23: bettercompute.api.v1.CordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 24: bettercompute.api.v1.DrainNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	24, // 25: bettercompute.api.v1.DrainNodeResponse.reservations:type_name -> bettercompute.api.v1.DrainedReservation
+	49, // 26: bettercompute.api.v1.DrainedReservation.state:type_name -> bettercompute.api.v1.ReservationState
+	47, // 27: bettercompute.api.v1.DrainedReservation.end_time:type_name -> google.protobuf.Timestamp
+	42, // 28: bettercompute.api.v1.LabelNodeRequest.set:type_name -> bettercompute.api.v1.LabelNodeRequest.SetEntry
+	2,  // 29: bettercompute.api.v1.LabelNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	2,  // 30: bettercompute.api.v1.UncordonNodeResponse.node:type_name -> bettercompute.api.v1.Node
+	43, // 31: bettercompute.api.v1.JoinToken.labels:type_name -> bettercompute.api.v1.JoinToken.LabelsEntry
+	47, // 32: bettercompute.api.v1.JoinToken.create_time:type_name -> google.protobuf.Timestamp
+	47, // 33: bettercompute.api.v1.JoinToken.expire_time:type_name -> google.protobuf.Timestamp
+	47, // 34: bettercompute.api.v1.JoinToken.revoke_time:type_name -> google.protobuf.Timestamp
+	48, // 35: bettercompute.api.v1.CreateJoinTokenRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 36: bettercompute.api.v1.CreateJoinTokenRequest.labels:type_name -> bettercompute.api.v1.CreateJoinTokenRequest.LabelsEntry
+	29, // 37: bettercompute.api.v1.CreateJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
+	29, // 38: bettercompute.api.v1.ListJoinTokensResponse.join_tokens:type_name -> bettercompute.api.v1.JoinToken
+	29, // 39: bettercompute.api.v1.RevokeJoinTokenResponse.join_token:type_name -> bettercompute.api.v1.JoinToken
+	4,  // 40: bettercompute.api.v1.NodeService.ListNodes:input_type -> bettercompute.api.v1.ListNodesRequest
+	6,  // 41: bettercompute.api.v1.NodeService.GetNode:input_type -> bettercompute.api.v1.GetNodeRequest
+	8,  // 42: bettercompute.api.v1.NodeService.RevokeNode:input_type -> bettercompute.api.v1.RevokeNodeRequest
+	10, // 43: bettercompute.api.v1.NodeService.DeleteNode:input_type -> bettercompute.api.v1.DeleteNodeRequest
+	12, // 44: bettercompute.api.v1.NodeService.ExecCommand:input_type -> bettercompute.api.v1.ExecCommandRequest
+	14, // 45: bettercompute.api.v1.NodeService.GetCommand:input_type -> bettercompute.api.v1.GetCommandRequest
+	16, // 46: bettercompute.api.v1.NodeService.ListCommands:input_type -> bettercompute.api.v1.ListCommandsRequest
+	18, // 47: bettercompute.api.v1.NodeService.AdoptNode:input_type -> bettercompute.api.v1.AdoptNodeRequest
+	20, // 48: bettercompute.api.v1.NodeService.CordonNode:input_type -> bettercompute.api.v1.CordonNodeRequest
+	27, // 49: bettercompute.api.v1.NodeService.UncordonNode:input_type -> bettercompute.api.v1.UncordonNodeRequest
+	22, // 50: bettercompute.api.v1.NodeService.DrainNode:input_type -> bettercompute.api.v1.DrainNodeRequest
+	25, // 51: bettercompute.api.v1.NodeService.LabelNode:input_type -> bettercompute.api.v1.LabelNodeRequest
+	30, // 52: bettercompute.api.v1.JoinTokenService.CreateJoinToken:input_type -> bettercompute.api.v1.CreateJoinTokenRequest
+	32, // 53: bettercompute.api.v1.JoinTokenService.ListJoinTokens:input_type -> bettercompute.api.v1.ListJoinTokensRequest
+	34, // 54: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:input_type -> bettercompute.api.v1.RevokeJoinTokenRequest
+	36, // 55: bettercompute.api.v1.JoinTokenService.GetInstallScript:input_type -> bettercompute.api.v1.GetInstallScriptRequest
+	5,  // 56: bettercompute.api.v1.NodeService.ListNodes:output_type -> bettercompute.api.v1.ListNodesResponse
+	7,  // 57: bettercompute.api.v1.NodeService.GetNode:output_type -> bettercompute.api.v1.GetNodeResponse
+	9,  // 58: bettercompute.api.v1.NodeService.RevokeNode:output_type -> bettercompute.api.v1.RevokeNodeResponse
+	11, // 59: bettercompute.api.v1.NodeService.DeleteNode:output_type -> bettercompute.api.v1.DeleteNodeResponse
+	13, // 60: bettercompute.api.v1.NodeService.ExecCommand:output_type -> bettercompute.api.v1.ExecCommandResponse
+	15, // 61: bettercompute.api.v1.NodeService.GetCommand:output_type -> bettercompute.api.v1.GetCommandResponse
+	17, // 62: bettercompute.api.v1.NodeService.ListCommands:output_type -> bettercompute.api.v1.ListCommandsResponse
+	19, // 63: bettercompute.api.v1.NodeService.AdoptNode:output_type -> bettercompute.api.v1.AdoptNodeResponse
+	21, // 64: bettercompute.api.v1.NodeService.CordonNode:output_type -> bettercompute.api.v1.CordonNodeResponse
+	28, // 65: bettercompute.api.v1.NodeService.UncordonNode:output_type -> bettercompute.api.v1.UncordonNodeResponse
+	23, // 66: bettercompute.api.v1.NodeService.DrainNode:output_type -> bettercompute.api.v1.DrainNodeResponse
+	26, // 67: bettercompute.api.v1.NodeService.LabelNode:output_type -> bettercompute.api.v1.LabelNodeResponse
+	31, // 68: bettercompute.api.v1.JoinTokenService.CreateJoinToken:output_type -> bettercompute.api.v1.CreateJoinTokenResponse
+	33, // 69: bettercompute.api.v1.JoinTokenService.ListJoinTokens:output_type -> bettercompute.api.v1.ListJoinTokensResponse
+	35, // 70: bettercompute.api.v1.JoinTokenService.RevokeJoinToken:output_type -> bettercompute.api.v1.RevokeJoinTokenResponse
+	37, // 71: bettercompute.api.v1.JoinTokenService.GetInstallScript:output_type -> bettercompute.api.v1.GetInstallScriptResponse
+	56, // [56:72] is the sub-list for method output_type
+	40, // [40:56] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_bettercompute_api_v1_nodes_proto_init() }
@@ -2432,13 +2804,14 @@ func file_bettercompute_api_v1_nodes_proto_init() {
 		return
 	}
 	file_bettercompute_api_v1_authz_proto_init()
+	file_bettercompute_api_v1_reservations_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bettercompute_api_v1_nodes_proto_rawDesc), len(file_bettercompute_api_v1_nodes_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

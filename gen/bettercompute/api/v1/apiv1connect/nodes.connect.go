@@ -57,6 +57,10 @@ const (
 	// NodeServiceUncordonNodeProcedure is the fully-qualified name of the NodeService's UncordonNode
 	// RPC.
 	NodeServiceUncordonNodeProcedure = "/bettercompute.api.v1.NodeService/UncordonNode"
+	// NodeServiceDrainNodeProcedure is the fully-qualified name of the NodeService's DrainNode RPC.
+	NodeServiceDrainNodeProcedure = "/bettercompute.api.v1.NodeService/DrainNode"
+	// NodeServiceLabelNodeProcedure is the fully-qualified name of the NodeService's LabelNode RPC.
+	NodeServiceLabelNodeProcedure = "/bettercompute.api.v1.NodeService/LabelNode"
 	// JoinTokenServiceCreateJoinTokenProcedure is the fully-qualified name of the JoinTokenService's
 	// CreateJoinToken RPC.
 	JoinTokenServiceCreateJoinTokenProcedure = "/bettercompute.api.v1.JoinTokenService/CreateJoinToken"
@@ -95,6 +99,11 @@ type NodeServiceClient interface {
 	CordonNode(context.Context, *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error)
 	// UncordonNode lets a cordoned node get new reservations again.
 	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
+	// DrainNode cordons a node and returns the reservations that still hold
+	// its GPUs; with release, it ends them too, and the node unbinds them.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// LabelNode sets and removes a node's operator labels.
+	LabelNode(context.Context, *connect.Request[v1.LabelNodeRequest]) (*connect.Response[v1.LabelNodeResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the bettercompute.api.v1.NodeService service. By
@@ -172,6 +181,18 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("UncordonNode")),
 			connect.WithClientOptions(opts...),
 		),
+		drainNode: connect.NewClient[v1.DrainNodeRequest, v1.DrainNodeResponse](
+			httpClient,
+			baseURL+NodeServiceDrainNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DrainNode")),
+			connect.WithClientOptions(opts...),
+		),
+		labelNode: connect.NewClient[v1.LabelNodeRequest, v1.LabelNodeResponse](
+			httpClient,
+			baseURL+NodeServiceLabelNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("LabelNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -187,6 +208,8 @@ type nodeServiceClient struct {
 	adoptNode    *connect.Client[v1.AdoptNodeRequest, v1.AdoptNodeResponse]
 	cordonNode   *connect.Client[v1.CordonNodeRequest, v1.CordonNodeResponse]
 	uncordonNode *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
+	drainNode    *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	labelNode    *connect.Client[v1.LabelNodeRequest, v1.LabelNodeResponse]
 }
 
 // ListNodes calls bettercompute.api.v1.NodeService.ListNodes.
@@ -239,6 +262,16 @@ func (c *nodeServiceClient) UncordonNode(ctx context.Context, req *connect.Reque
 	return c.uncordonNode.CallUnary(ctx, req)
 }
 
+// DrainNode calls bettercompute.api.v1.NodeService.DrainNode.
+func (c *nodeServiceClient) DrainNode(ctx context.Context, req *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return c.drainNode.CallUnary(ctx, req)
+}
+
+// LabelNode calls bettercompute.api.v1.NodeService.LabelNode.
+func (c *nodeServiceClient) LabelNode(ctx context.Context, req *connect.Request[v1.LabelNodeRequest]) (*connect.Response[v1.LabelNodeResponse], error) {
+	return c.labelNode.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the bettercompute.api.v1.NodeService service.
 type NodeServiceHandler interface {
 	// ListNodes returns the nodes the caller may see.
@@ -263,6 +296,11 @@ type NodeServiceHandler interface {
 	CordonNode(context.Context, *connect.Request[v1.CordonNodeRequest]) (*connect.Response[v1.CordonNodeResponse], error)
 	// UncordonNode lets a cordoned node get new reservations again.
 	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
+	// DrainNode cordons a node and returns the reservations that still hold
+	// its GPUs; with release, it ends them too, and the node unbinds them.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// LabelNode sets and removes a node's operator labels.
+	LabelNode(context.Context, *connect.Request[v1.LabelNodeRequest]) (*connect.Response[v1.LabelNodeResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -336,6 +374,18 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("UncordonNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceDrainNodeHandler := connect.NewUnaryHandler(
+		NodeServiceDrainNodeProcedure,
+		svc.DrainNode,
+		connect.WithSchema(nodeServiceMethods.ByName("DrainNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceLabelNodeHandler := connect.NewUnaryHandler(
+		NodeServiceLabelNodeProcedure,
+		svc.LabelNode,
+		connect.WithSchema(nodeServiceMethods.ByName("LabelNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bettercompute.api.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceListNodesProcedure:
@@ -358,6 +408,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceCordonNodeHandler.ServeHTTP(w, r)
 		case NodeServiceUncordonNodeProcedure:
 			nodeServiceUncordonNodeHandler.ServeHTTP(w, r)
+		case NodeServiceDrainNodeProcedure:
+			nodeServiceDrainNodeHandler.ServeHTTP(w, r)
+		case NodeServiceLabelNodeProcedure:
+			nodeServiceLabelNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -405,6 +459,14 @@ func (UnimplementedNodeServiceHandler) CordonNode(context.Context, *connect.Requ
 
 func (UnimplementedNodeServiceHandler) UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.UncordonNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.DrainNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) LabelNode(context.Context, *connect.Request[v1.LabelNodeRequest]) (*connect.Response[v1.LabelNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.NodeService.LabelNode is not implemented"))
 }
 
 // JoinTokenServiceClient is a client for the bettercompute.api.v1.JoinTokenService service.
