@@ -89,6 +89,7 @@ func BenchmarkPlaceToBound(b *testing.B) {
 		var createErrs int
 		tick := time.NewTicker(time.Second / time.Duration(rate))
 		placeStart := time.Now()
+		placeStartStore := placeStart.UTC()
 		for range total {
 			<-tick.C
 			wg.Go(func() {
@@ -119,7 +120,12 @@ func BenchmarkPlaceToBound(b *testing.B) {
 			lat = lat[:0]
 			for _, r := range res.Msg.GetReservations() {
 				if r.GetState() == apiv1.ReservationState_RESERVATION_STATE_BOUND {
-					lat = append(lat, r.GetBoundTime().AsTime().Sub(r.GetCreateTime().AsTime()))
+					d := r.GetBoundTime().AsTime().Sub(r.GetCreateTime().AsTime())
+					lat = append(lat, d)
+					if d > 250*time.Millisecond && os.Getenv("BENCH_VERBOSE") != "" {
+						b.Logf("slow: %s on %s placed %s, bound after %s", r.GetId(), r.GetNodeId(),
+							r.GetCreateTime().AsTime().Sub(placeStartStore).Round(time.Millisecond), d)
+					}
 				}
 			}
 			if len(lat) == total {
