@@ -28,9 +28,22 @@ const sqliteHeader = "SQLite format 3\x00"
 // so two transactions never both read and then fail to upgrade; a writer
 // that finds the lock taken waits up to the busy timeout, then fails with
 // SQLITE_BUSY, which InTx retries.
+//
+// This process's transactions also queue for writer, in order, before
+// BEGIN: SQLite's busy handler polls with growing sleeps, so a writer
+// that keeps losing to newer ones can wait seconds while the lock is free
+// most of the time; a queue in Go hands the lock over as soon as it is
+// released. Other processes (and autocommit writes) still meet at the
+// busy handler.
 type sqliteEngine struct {
-	db *sql.DB
+	db     *sql.DB
+	writer chan struct{} // holds one token while a transaction of this process runs
+	busy   time.Duration // how long a transaction waits for writer
 }
+
+// errWriterQueue says a transaction waited the busy timeout for this
+// process's other transactions; InTx retries it like SQLITE_BUSY.
+var errWriterQueue = errors.New("store: waited the busy timeout for this process's other SQLite transactions")
 
 // openSQLite checks that loc.Path is a new file or a SQLite database before
 // anything opens it (so a wrong path is left byte-for-byte alone, without
@@ -65,7 +78,7 @@ func openSQLite(ctx context.Context, loc Location, opts Options) (*sqliteEngine,
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open SQLite database %s: %w", path, err)
 	}
-	return &sqliteEngine{db: db}, nil
+	return &sqliteEngine{db: db, writer: make(chan struct{}, 1), busy: opts.BusyTimeout}, nil
 }
 
 // checkSQLiteFile accepts a path that does not exist yet (in a directory
@@ -110,6 +123,17 @@ func checkSQLiteFile(path string) error {
 func (e *sqliteEngine) autocommit() Querier { return sqliteQuerier{sqlitedb.New(e.db)} }
 
 func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
+	wait := time.NewTimer(e.busy)
+	select {
+	case e.writer <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		return errWriterQueue
+	case <-ctx.Done():
+		wait.Stop()
+		return fmt.Errorf("store: begin: %w", ctx.Err())
+	}
+	defer func() { <-e.writer }()
 	tx, err := e.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, from _txlock
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
@@ -130,6 +154,9 @@ func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Qu
 // (SQLITE_BUSY), or a table lock within this process (SQLITE_LOCKED), in any
 // of their extended forms (the driver turns extended result codes on).
 func (e *sqliteEngine) retryable(err error) bool {
+	if errors.Is(err, errWriterQueue) {
+		return true
+	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return false
