@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"connectrpc.com/connect"
@@ -13,12 +14,28 @@ import (
 	"github.com/better-compute/better-compute/internal/store"
 )
 
-// Audit pages: a default that suits a terminal, a cap that keeps one
-// response small.
+// List pages (the audit log, usage): a default that suits a terminal, a
+// cap that keeps one response small.
 const (
-	defaultAuditPage = 100
-	maxAuditPage     = 1000
+	defaultPage = 100
+	maxPage     = 1000
 )
+
+// pageOf checks a paged list's request: all_tenants is the platform's
+// alone, and the page size is 0 (the default) to maxPage.
+func pageOf(call *Call, allTenants bool, pageSize int32) (int, error) {
+	if allTenants && !call.Platform {
+		return 0, connect.NewError(connect.CodePermissionDenied, errors.New("all_tenants is for the platform tenant only; name your tenant instead"))
+	}
+	switch size := int(pageSize); {
+	case size < 0 || size > maxPage:
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("page_size must be between 0 and %d", maxPage))
+	case size == 0:
+		return defaultPage, nil
+	default:
+		return size, nil
+	}
+}
 
 // auditService reads the audit log.
 type auditService struct{ base }
@@ -28,15 +45,9 @@ var _ apiv1connect.AuditServiceHandler = (*auditService)(nil)
 func (s *auditService) ListAuditEvents(ctx context.Context, req *connect.Request[apiv1.ListAuditEventsRequest]) (*connect.Response[apiv1.ListAuditEventsResponse], error) {
 	m := req.Msg
 	call := callFrom(ctx)
-	if m.GetAllTenants() && !call.Platform {
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("all_tenants is for the platform tenant only; name your tenant instead"))
-	}
-	size := int(m.GetPageSize())
-	switch {
-	case size < 0 || size > maxAuditPage:
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("page_size must be between 0 and 1000"))
-	case size == 0:
-		size = defaultAuditPage
+	size, err := pageOf(call, m.GetAllTenants(), m.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	f := store.AuditFilter{
 		Tenant:     call.tenant(),

@@ -12,13 +12,6 @@ import (
 	"github.com/better-compute/better-compute/internal/store"
 )
 
-// Usage pages: the same default and cap as the audit log's, for the same
-// reasons; an export pages through them.
-const (
-	defaultUsagePage = 100
-	maxUsagePage     = 1000
-)
-
 // usageService reads metered usage. A tenant's principals see their own
 // tenant's (the authorizer turns another tenant into not_found); the
 // platform names any tenant, or all of them.
@@ -29,15 +22,9 @@ var _ apiv1connect.UsageServiceHandler = (*usageService)(nil)
 func (s *usageService) ListUsage(ctx context.Context, req *connect.Request[apiv1.ListUsageRequest]) (*connect.Response[apiv1.ListUsageResponse], error) {
 	m := req.Msg
 	call := callFrom(ctx)
-	if m.GetAllTenants() && !call.Platform {
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("all_tenants is for the platform tenant only; name your tenant instead"))
-	}
-	size := int(m.GetPageSize())
-	switch {
-	case size < 0 || size > maxUsagePage:
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("page_size must be between 0 and 1000"))
-	case size == 0:
-		size = defaultUsagePage
+	size, err := pageOf(call, m.GetAllTenants(), m.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	f := store.UsageFilter{
 		Tenant:     call.tenant(),

@@ -19,28 +19,13 @@ func TestExpirer(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()
 		ctx := context.Background()
-		st := storetest.Open(t, engine)
+		st := seedNode(t, engine)
 		must := func(err error) {
 			t.Helper()
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		_, err := st.CreateTenant(ctx, store.Tenant{Name: "acme", DisplayName: "acme"})
-		must(err)
-		_, err = st.CreatePool(ctx, store.Pool{Tenant: "acme", Name: "gpu"})
-		must(err)
-		_, err = st.CreateNode(ctx, store.Node{ID: "n1", Tenant: "acme", Hostname: "n1", CertSerial: "1", CertPublicKey: []byte{1}, CertNotAfter: time.Now().Add(time.Hour)})
-		must(err)
-		_, err = st.BeginSession(ctx, "n1", "test", "boot")
-		must(err)
-		_, err = st.AdoptNode(ctx, "n1", "acme", "gpu")
-		must(err)
-		var devs []store.Device
-		for i := range 4 {
-			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%d", i), NodeID: "n1", Index: i, ModelKey: "h100-sxm"})
-		}
-		must(st.SyncNodeDevices(ctx, "n1", devs))
 
 		now, err := st.Now(ctx)
 		must(err)
@@ -72,4 +57,36 @@ func TestExpirer(t *testing.T) {
 			t.Errorf("free after expiry = %v, %v; want 2 h100-sxm", free, err)
 		}
 	})
+}
+
+// seedNode opens a store with tenant acme, its pool gpu, and node n1 in it,
+// ready, with 4 H100s (GPU-0 to GPU-3).
+func seedNode(t *testing.T, engine store.Engine) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st := storetest.Open(t, engine)
+	_, err := st.CreateTenant(ctx, store.Tenant{Name: "acme", DisplayName: "acme"})
+	if err == nil {
+		_, err = st.CreatePool(ctx, store.Pool{Tenant: "acme", Name: "gpu"})
+	}
+	if err == nil {
+		_, err = st.CreateNode(ctx, store.Node{ID: "n1", Tenant: "acme", Hostname: "n1", CertSerial: "1", CertPublicKey: []byte{1}, CertNotAfter: time.Now().Add(time.Hour)})
+	}
+	if err == nil {
+		_, err = st.BeginSession(ctx, "n1", "test", "boot")
+	}
+	if err == nil {
+		_, err = st.AdoptNode(ctx, "n1", "acme", "gpu")
+	}
+	if err == nil {
+		var devs []store.Device
+		for i := range 4 {
+			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%d", i), NodeID: "n1", Index: i, ModelKey: "h100-sxm"})
+		}
+		err = st.SyncNodeDevices(ctx, "n1", devs)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -126,28 +126,13 @@ func TestMeter(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()
 		ctx := context.Background()
-		st := storetest.Open(t, engine)
+		st := seedNode(t, engine)
 		must := func(err error) {
 			t.Helper()
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		_, err := st.CreateTenant(ctx, store.Tenant{Name: "acme", DisplayName: "acme"})
-		must(err)
-		_, err = st.CreatePool(ctx, store.Pool{Tenant: "acme", Name: "gpu"})
-		must(err)
-		_, err = st.CreateNode(ctx, store.Node{ID: "n1", Tenant: "acme", Hostname: "n1", CertSerial: "1", CertPublicKey: []byte{1}, CertNotAfter: time.Now().Add(time.Hour)})
-		must(err)
-		_, err = st.BeginSession(ctx, "n1", "test", "boot")
-		must(err)
-		_, err = st.AdoptNode(ctx, "n1", "acme", "gpu")
-		must(err)
-		var devs []store.Device
-		for i := range 4 {
-			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%d", i), NodeID: "n1", Index: i, ModelKey: "h100-sxm"})
-		}
-		must(st.SyncNodeDevices(ctx, "n1", devs))
 		place := func(id string, gpus int) store.Reservation {
 			t.Helper()
 			now, err := st.Now(ctx)
