@@ -275,6 +275,19 @@ type bookedDevice struct {
 	uuid, nodeID, modelKey string
 }
 
+// nodeFree is a node with free GPUs, as placement sees it.
+type nodeFree struct {
+	nodeID string
+	free   int
+}
+
+// poolFree is a pool's free GPUs of one model ('' for all models) on nodes
+// that may take a reservation, and the most of them on one node.
+type poolFree struct {
+	modelKey   string
+	free, most int
+}
+
 // placer is what placeReservation needs from an engine: the reads and the
 // one write of a placement.
 type placer interface {
@@ -282,9 +295,15 @@ type placer interface {
 	// reservationByKey returns the tenant's reservation with key, and
 	// whether there is one.
 	reservationByKey(ctx context.Context, tenant, key string) (Reservation, bool, error)
-	// freeDevices returns the pool's bookable GPUs (of modelKey when set),
-	// by node and index.
-	freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error)
+	// pickNodes returns up to limit of the pool's nodes that may take a
+	// reservation and have at least minFree GPUs of modelKey ('' for any)
+	// free, fewest free first, then by id.
+	pickNodes(ctx context.Context, poolTenant, pool, modelKey string, minFree, limit int) ([]nodeFree, error)
+	// nodeFreeDevices returns up to limit free GPUs of modelKey ('' for
+	// any) on the node, by index.
+	nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error)
+	// poolFree returns the pool's free GPUs by model.
+	poolFree(ctx context.Context, poolTenant, pool string) ([]poolFree, error)
 	// insertReservation inserts the reservation and books chosen for it.
 	insertReservation(ctx context.Context, p Placement, nodeID string, chosen []bookedDevice) (Reservation, error)
 }
@@ -310,14 +329,7 @@ func placeReservation(ctx context.Context, e placer, p Placement) (Reservation, 
 			return fail(fmt.Errorf("idempotency key reused with a different request: %w", ErrConflict))
 		}
 	}
-	if _, err := e.GetPool(ctx, p.PoolTenant, p.Pool); err != nil {
-		return fail(err)
-	}
-	free, err := e.freeDevices(ctx, p.PoolTenant, p.Pool, p.ModelKey)
-	if err != nil {
-		return fail(err)
-	}
-	nodeID, chosen, err := chooseDevices(p, free)
+	nodeID, chosen, err := chooseDevices(ctx, e, p)
 	if err != nil {
 		return fail(err)
 	}
@@ -329,58 +341,89 @@ func placeReservation(ctx context.Context, e placer, p Placement) (Reservation, 
 	return r, nil
 }
 
-// chooseDevices picks p.GPUs of free, from the nodes with the fewest free
-// GPUs first, and returns them sorted by UUID with their node ("" when they
-// span nodes), or an ErrExhausted that says what is free.
-func chooseDevices(p Placement, free []bookedDevice) (string, []bookedDevice, error) {
-	byNode := map[string][]bookedDevice{}
-	var nodes []string
-	for _, d := range free {
-		if _, ok := byNode[d.nodeID]; !ok {
-			nodes = append(nodes, d.nodeID)
-		}
-		byNode[d.nodeID] = append(byNode[d.nodeID], d)
-	}
-	slices.SortFunc(nodes, func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(byNode[a]), len(byNode[b])), strings.Compare(a, b))
-	})
-	model := ""
-	if p.ModelKey != "" {
-		model = " of model " + p.ModelKey
-	}
-	if len(free) < p.GPUs {
-		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s; %d asked: %w",
-			p.PoolTenant, p.Pool, len(free), model, p.GPUs, ErrExhausted)
-	}
-	byUUID := func(a, b bookedDevice) int { return strings.Compare(a.uuid, b.uuid) }
+// chooseDevices picks p.GPUs free GPUs from the nodes with the fewest free
+// first (with SameNode, the one node with the fewest that still fits), to
+// keep big nodes whole for big requests, and returns them sorted by UUID
+// with their node ("" when they span nodes), or an ErrExhausted that says
+// what is free. It reads node_free's index in order and the chosen nodes'
+// GPUs, never the whole pool.
+func chooseDevices(ctx context.Context, e placer, p Placement) (string, []bookedDevice, error) {
+	minFree, limit := 1, p.GPUs // each node gives at least one
 	if p.SameNode {
-		most := 0
-		for _, n := range nodes {
-			if len(byNode[n]) >= p.GPUs {
-				chosen := slices.Clone(byNode[n][:p.GPUs])
-				slices.SortFunc(chosen, byUUID)
-				return n, chosen, nil
-			}
-			most = max(most, len(byNode[n]))
-		}
-		return "", nil, fmt.Errorf("pool %s/%s has %d free GPUs%s but at most %d on one node; %d asked on one node: %w",
-			p.PoolTenant, p.Pool, len(free), model, most, p.GPUs, ErrExhausted)
+		minFree, limit = p.GPUs, 1
+	}
+	nodes, err := e.pickNodes(ctx, p.PoolTenant, p.Pool, p.ModelKey, minFree, limit)
+	if err != nil {
+		return "", nil, err
 	}
 	var chosen []bookedDevice
 	var used []string
 	for _, n := range nodes {
-		take := min(p.GPUs-len(chosen), len(byNode[n]))
-		chosen = append(chosen, byNode[n][:take]...)
-		used = append(used, n)
+		take := min(p.GPUs-len(chosen), n.free)
+		devs, err := e.nodeFreeDevices(ctx, n.nodeID, p.ModelKey, take)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(devs) != take {
+			return "", nil, fmt.Errorf("node %s counts %d free GPUs but has %d: the free counts disagree with the bookings", n.nodeID, n.free, len(devs))
+		}
+		chosen = append(chosen, devs...)
+		used = append(used, n.nodeID)
 		if len(chosen) == p.GPUs {
 			break
 		}
 	}
-	slices.SortFunc(chosen, byUUID)
+	if len(chosen) < p.GPUs {
+		return "", nil, exhausted(ctx, e, p)
+	}
+	slices.SortFunc(chosen, func(a, b bookedDevice) int { return strings.Compare(a.uuid, b.uuid) })
 	if len(used) == 1 {
 		return used[0], chosen, nil
 	}
 	return "", chosen, nil
+}
+
+// exhausted is the ErrExhausted for a placement that does not fit, saying
+// what is free, or ErrNotFound for a pool that does not exist. Only here
+// is the pool looked up: a pool with nodes that fit exists (DeletePool
+// refuses while a node is adopted into it), so a placement that fits
+// saves the round trip.
+func exhausted(ctx context.Context, e placer, p Placement) error {
+	if _, err := e.GetPool(ctx, p.PoolTenant, p.Pool); err != nil {
+		return err
+	}
+	free, err := e.poolFree(ctx, p.PoolTenant, p.Pool)
+	if err != nil {
+		return err
+	}
+	var f poolFree
+	for _, pf := range free {
+		if pf.modelKey == p.ModelKey {
+			f = pf
+		}
+	}
+	model := ""
+	if p.ModelKey != "" {
+		model = " of model " + p.ModelKey
+	}
+	if p.SameNode && f.free >= p.GPUs {
+		return fmt.Errorf("pool %s/%s has %d free GPUs%s but at most %d on one node; %d asked on one node: %w",
+			p.PoolTenant, p.Pool, f.free, model, f.most, p.GPUs, ErrExhausted)
+	}
+	return fmt.Errorf("pool %s/%s has %d free GPUs%s; %d asked: %w",
+		p.PoolTenant, p.Pool, f.free, model, p.GPUs, ErrExhausted)
+}
+
+// freeByModel is FreeDevices from the pool's free counts: by model key,
+// only modelKey's when set, only models with a GPU free.
+func freeByModel(free []poolFree, modelKey string) map[string]int {
+	out := map[string]int{}
+	for _, f := range free {
+		if f.modelKey != "" && f.free > 0 && (modelKey == "" || f.modelKey == modelKey) {
+			out[f.modelKey] = f.free
+		}
+	}
+	return out
 }
 
 // checkReservationFilter refuses a filter the store cannot run.

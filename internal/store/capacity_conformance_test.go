@@ -36,6 +36,7 @@ func TestCapacityConformance(t *testing.T) {
 			{"Expiry", exerciseReservationExpiry},
 			{"ListReservations", exerciseListReservations},
 			{"NodeAllocations", exerciseNodeAllocations},
+			{"FreeCounts", exerciseFreeCounts},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -716,4 +717,70 @@ func exerciseNodeAllocations(ctx context.Context, t *testing.T, s *store.Store) 
 
 func equalAllocation(a, b store.NodeAllocation) bool {
 	return a.ReservationID == b.ReservationID && a.State == b.State && slices.Equal(a.DeviceUUIDs, b.DeviceUUIDs)
+}
+
+// exerciseFreeCounts moves GPUs between nodes and models, removes booked
+// and free ones, cordons, adopts elsewhere and loses nodes, checking after
+// each step that the free counts placement reads match the GPUs and their
+// bookings (checkBookings) and that placement sees what FreeDevices says.
+func exerciseFreeCounts(ctx context.Context, t *testing.T, s *store.Store) {
+	seedPool(ctx, t, s, "h100-sxm", 4, 4)
+	step := func(what string, want map[string]int) {
+		t.Helper()
+		checkBookings(ctx, t, s)
+		if got := must(s.FreeDevices(ctx, "acme", "gpu", ""))(t); !maps.Equal(got, want) {
+			t.Errorf("%s: FreeDevices = %v, want %v", what, got, want)
+		}
+	}
+	step("seeded", map[string]int{"h100-sxm": 8})
+	r := must(s.PlaceReservation(ctx, placement("r1", 3)))(t)
+	step("3 booked", map[string]int{"h100-sxm": 5})
+
+	// n1's GPU 3 moves to n2 (unbooked), GPU 0 becomes an l4 (booked: it
+	// stays booked and uncounted), and GPU 1 (booked) leaves the inventory.
+	n1 := gpus("n1", "h100-sxm", 4)
+	n1[0].ModelKey = "l4"
+	moved := n1[3]
+	moved.NodeID = "n2"
+	must(struct{}{}, s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
+	must(struct{}{}, s.SyncNodeDevices(ctx, "n2", append(gpus("n2", "h100-sxm", 4), moved)))(t)
+	step("GPUs moved", map[string]int{"h100-sxm": 5})
+
+	// The release frees GPU 0 as an l4 on n1, and GPU 1, whose row was
+	// kept while booked, until the next inventory report drops it.
+	must(s.ReleaseReservation(ctx, r.ID))(t)
+	step("released", map[string]int{"h100-sxm": 7, "l4": 1})
+	// The migration's backfill counts this history as the triggers did.
+	must(struct{}{}, store.RecountNodeFree(ctx, s))(t)
+	step("recounted", map[string]int{"h100-sxm": 7, "l4": 1})
+	must(struct{}{}, s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
+	step("the gone GPU dropped", map[string]int{"h100-sxm": 6, "l4": 1})
+
+	// Cordoned, unreachable, or adopted elsewhere: not counted, and not
+	// placed on.
+	must(s.SetNodeCordoned(ctx, "n2", true))(t)
+	step("n2 cordoned", map[string]int{"h100-sxm": 1, "l4": 1})
+	p := placement("r2", 2)
+	p.ModelKey = "h100-sxm"
+	_, err := s.PlaceReservation(ctx, p)
+	wantIs(t, "PlaceReservation(2 h100, n2 cordoned)", err, store.ErrExhausted)
+	if err != nil && !strings.Contains(err.Error(), "has 1 free GPUs of model h100-sxm; 2 asked") {
+		t.Errorf("the exhausted error does not say what is free: %v", err)
+	}
+	must(s.SetNodeCordoned(ctx, "n2", false))(t)
+	step("n2 uncordoned", map[string]int{"h100-sxm": 6, "l4": 1})
+	must(s.CreatePool(ctx, store.Pool{Tenant: "acme", Name: "other"}))(t)
+	must(s.AdoptNode(ctx, "n1", "acme", "other"))(t)
+	step("n1 adopted elsewhere", map[string]int{"h100-sxm": 5})
+	if got := must(s.FreeDevices(ctx, "acme", "other", ""))(t); !maps.Equal(got, map[string]int{"h100-sxm": 1, "l4": 1}) {
+		t.Errorf("FreeDevices(other) = %v", got)
+	}
+	if _, err := s.MarkUnreachable(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	step("every node unreachable", map[string]int{})
+	must(s.BeginSession(ctx, "n2", "v1", "boot"))(t)
+	step("n2 back", map[string]int{"h100-sxm": 5})
+	must(struct{}{}, s.DeleteNode(ctx, "n2"))(t)
+	step("n2 deleted", map[string]int{})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	pgdb "github.com/better-compute/better-compute/internal/store/postgres"
 )
@@ -197,24 +198,48 @@ func (p pgQuerier) reservationByKey(ctx context.Context, tenant, key string) (Re
 	return out[0], true, nil
 }
 
-func (p pgQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error) {
-	rows, err := p.q.FreeDevicesForPlacement(ctx, pgdb.FreeDevicesForPlacementParams{
-		PoolTenant: poolTenant, Pool: pool, ModelKey: toPgText(modelKey),
+func (p pgQuerier) pickNodes(ctx context.Context, poolTenant, pool, modelKey string, minFree, limit int) ([]nodeFree, error) {
+	rows, err := p.q.PickNodes(ctx, pgdb.PickNodesParams{
+		PoolTenant: poolTenant, Pool: pool, ModelKey: modelKey, MinFree: int32(minFree), Lim: int32(limit),
 	})
 	if err != nil {
-		return nil, err
+		return nil, pgClassify(err)
 	}
-	free := make([]bookedDevice, len(rows))
+	out := make([]nodeFree, len(rows))
 	for i, r := range rows {
-		free[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
+		out[i] = nodeFree{nodeID: r.NodeID, free: int(r.Free)}
 	}
-	return free, nil
+	return out, nil
+}
+
+func (p pgQuerier) nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error) {
+	rows, err := p.q.NodeFreeDevices(ctx, pgdb.NodeFreeDevicesParams{NodeID: nodeID, ModelKey: modelKey, Lim: int32(limit)})
+	if err != nil {
+		return nil, pgClassify(err)
+	}
+	out := make([]bookedDevice, len(rows))
+	for i, r := range rows {
+		out[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
+	}
+	return out, nil
+}
+
+func (p pgQuerier) poolFree(ctx context.Context, poolTenant, pool string) ([]poolFree, error) {
+	rows, err := p.q.PoolFree(ctx, pgdb.PoolFreeParams{PoolTenant: poolTenant, Pool: pool})
+	if err != nil {
+		return nil, pgClassify(err)
+	}
+	out := make([]poolFree, len(rows))
+	for i, r := range rows {
+		out[i] = poolFree{modelKey: r.ModelKey, free: int(r.Free), most: int(r.Most)}
+	}
+	return out, nil
 }
 
 func (p pgQuerier) insertReservation(ctx context.Context, pl Placement, nodeID string, chosen []bookedDevice) (Reservation, error) {
-	uuids := make([]string, len(chosen))
+	uuids, nodes, models := make([]string, len(chosen)), make([]string, len(chosen)), make([]string, len(chosen))
 	for i, d := range chosen {
-		uuids[i] = d.uuid
+		uuids[i], nodes[i], models[i] = d.uuid, d.nodeID, d.modelKey
 	}
 	hash := pl.RequestHash
 	if hash == nil {
@@ -223,18 +248,16 @@ func (p pgQuerier) insertReservation(ctx context.Context, pl Placement, nodeID s
 	r, err := p.q.InsertReservation(ctx, pgdb.InsertReservationParams{
 		ID: pl.ID, Tenant: pl.Tenant, Principal: pl.Principal, PoolTenant: pl.PoolTenant, Pool: pl.Pool,
 		NodeID: nodeID, Gpus: int64(pl.GPUs), ModelKey: pl.ModelKey, IdempotencyKey: pl.IdempotencyKey,
-		RequestHash: hash, EndsAt: pl.EndsAt,
+		RequestHash: hash, EndsAt: pl.EndsAt, Uuids: uuids, NodeIds: nodes, ModelKeys: models,
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.ConstraintName == "device_bookings_pkey" {
+		return Reservation{}, fmt.Errorf("a GPU was booked concurrently: %w", pgClassify(err))
+	}
 	if err != nil {
 		return Reservation{}, pgClassify(err)
 	}
-	if err := p.q.InsertReservationDevices(ctx, pgdb.InsertReservationDevicesParams{ReservationID: pl.ID, Uuids: uuids}); err != nil {
-		return Reservation{}, pgClassify(err)
-	}
-	if err := p.q.InsertDeviceBookings(ctx, pgdb.InsertDeviceBookingsParams{ReservationID: pl.ID, Uuids: uuids}); err != nil {
-		return Reservation{}, fmt.Errorf("a GPU was booked concurrently: %w", pgClassify(err))
-	}
-	return pgReservation(r), nil
+	return pgReservation(pgdb.Reservation(r)), nil
 }
 
 // withDevices fills in the devices of rs with one query for all.
@@ -331,17 +354,11 @@ func (p pgQuerier) ExpireReservations(ctx context.Context) ([]Reservation, error
 }
 
 func (p pgQuerier) FreeDevices(ctx context.Context, poolTenant, pool, modelKey string) (map[string]int, error) {
-	rows, err := p.q.CountFreeDevices(ctx, pgdb.CountFreeDevicesParams{
-		PoolTenant: poolTenant, Pool: pool, ModelKey: toPgText(modelKey),
-	})
+	free, err := p.poolFree(ctx, poolTenant, pool)
 	if err != nil {
 		return nil, fmt.Errorf("store: count free devices of pool %s/%s: %w", poolTenant, pool, err)
 	}
-	free := make(map[string]int, len(rows))
-	for _, r := range rows {
-		free[r.ModelKey] = int(r.Free)
-	}
-	return free, nil
+	return freeByModel(free, modelKey), nil
 }
 
 func (p pgQuerier) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocation, error) {

@@ -194,18 +194,42 @@ func (s sqliteQuerier) reservationByKey(ctx context.Context, tenant, key string)
 	return out[0], true, nil
 }
 
-func (s sqliteQuerier) freeDevices(ctx context.Context, poolTenant, pool, modelKey string) ([]bookedDevice, error) {
-	rows, err := s.q.FreeDevicesForPlacement(ctx, sqlitedb.FreeDevicesForPlacementParams{
-		PoolTenant: poolTenant, Pool: pool, ModelKey: toNullString(modelKey),
+func (s sqliteQuerier) pickNodes(ctx context.Context, poolTenant, pool, modelKey string, minFree, limit int) ([]nodeFree, error) {
+	rows, err := s.q.PickNodes(ctx, sqlitedb.PickNodesParams{
+		PoolTenant: poolTenant, Pool: pool, ModelKey: modelKey, MinFree: int64(minFree), Lim: int64(limit),
 	})
 	if err != nil {
-		return nil, err
+		return nil, sqliteClassify(err)
 	}
-	free := make([]bookedDevice, len(rows))
+	out := make([]nodeFree, len(rows))
 	for i, r := range rows {
-		free[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
+		out[i] = nodeFree{nodeID: r.NodeID, free: int(r.Free)}
 	}
-	return free, nil
+	return out, nil
+}
+
+func (s sqliteQuerier) nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error) {
+	rows, err := s.q.NodeFreeDevices(ctx, sqlitedb.NodeFreeDevicesParams{NodeID: nodeID, ModelKey: modelKey, Lim: int64(limit)})
+	if err != nil {
+		return nil, sqliteClassify(err)
+	}
+	out := make([]bookedDevice, len(rows))
+	for i, r := range rows {
+		out[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
+	}
+	return out, nil
+}
+
+func (s sqliteQuerier) poolFree(ctx context.Context, poolTenant, pool string) ([]poolFree, error) {
+	rows, err := s.q.PoolFree(ctx, sqlitedb.PoolFreeParams{PoolTenant: poolTenant, Pool: pool})
+	if err != nil {
+		return nil, sqliteClassify(err)
+	}
+	out := make([]poolFree, len(rows))
+	for i, r := range rows {
+		out[i] = poolFree{modelKey: r.ModelKey, free: int(r.Free), most: int(r.Most)}
+	}
+	return out, nil
 }
 
 func (s sqliteQuerier) insertReservation(ctx context.Context, p Placement, nodeID string, chosen []bookedDevice) (Reservation, error) {
@@ -329,17 +353,11 @@ func (s sqliteQuerier) ExpireReservations(ctx context.Context) ([]Reservation, e
 }
 
 func (s sqliteQuerier) FreeDevices(ctx context.Context, poolTenant, pool, modelKey string) (map[string]int, error) {
-	rows, err := s.q.CountFreeDevices(ctx, sqlitedb.CountFreeDevicesParams{
-		PoolTenant: poolTenant, Pool: pool, ModelKey: toNullString(modelKey),
-	})
+	free, err := s.poolFree(ctx, poolTenant, pool)
 	if err != nil {
 		return nil, fmt.Errorf("store: count free devices of pool %s/%s: %w", poolTenant, pool, err)
 	}
-	free := make(map[string]int, len(rows))
-	for _, r := range rows {
-		free[r.ModelKey] = int(r.Free)
-	}
-	return free, nil
+	return freeByModel(free, modelKey), nil
 }
 
 func (s sqliteQuerier) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocation, error) {

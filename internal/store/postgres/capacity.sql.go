@@ -90,48 +90,6 @@ func (q *Queries) BindReservation(ctx context.Context, arg BindReservationParams
 	return i, err
 }
 
-const countFreeDevices = `-- name: CountFreeDevices :many
-SELECT d.model_key, COUNT(*)::bigint AS free FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = $1 AND n.pool = $2 AND n.state = 'ready' AND NOT n.cordoned
-  AND (d.model_key = $3 OR $3::text IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-GROUP BY d.model_key
-ORDER BY d.model_key
-`
-
-type CountFreeDevicesParams struct {
-	PoolTenant string
-	Pool       string
-	ModelKey   pgtype.Text
-}
-
-type CountFreeDevicesRow struct {
-	ModelKey string
-	Free     int64
-}
-
-// FreeDevicesForPlacement's GPUs counted by model.
-func (q *Queries) CountFreeDevices(ctx context.Context, arg CountFreeDevicesParams) ([]CountFreeDevicesRow, error) {
-	rows, err := q.db.Query(ctx, countFreeDevices, arg.PoolTenant, arg.Pool, arg.ModelKey)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []CountFreeDevicesRow
-	for rows.Next() {
-		var i CountFreeDevicesRow
-		if err := rows.Scan(&i.ModelKey, &i.Free); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const createPool = `-- name: CreatePool :one
 INSERT INTO pools (tenant, name, description, created_at, updated_at)
 VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())
@@ -283,55 +241,6 @@ func (q *Queries) ExtendReservation(ctx context.Context, arg ExtendReservationPa
 	return i, err
 }
 
-const freeDevicesForPlacement = `-- name: FreeDevicesForPlacement :many
-SELECT d.uuid, d.node_id, d.idx, d.model_key FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = $1 AND n.pool = $2 AND n.state = 'ready' AND NOT n.cordoned
-  AND (d.model_key = $3 OR $3::text IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-ORDER BY d.node_id, d.idx, d.uuid
-`
-
-type FreeDevicesForPlacementParams struct {
-	PoolTenant string
-	Pool       string
-	ModelKey   pgtype.Text
-}
-
-type FreeDevicesForPlacementRow struct {
-	Uuid     string
-	NodeID   string
-	Idx      int64
-	ModelKey string
-}
-
-// The GPUs bookable now in a pool: on its ready, uncordoned nodes, of the
-// model asked for (NULL: any), and not booked.
-func (q *Queries) FreeDevicesForPlacement(ctx context.Context, arg FreeDevicesForPlacementParams) ([]FreeDevicesForPlacementRow, error) {
-	rows, err := q.db.Query(ctx, freeDevicesForPlacement, arg.PoolTenant, arg.Pool, arg.ModelKey)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []FreeDevicesForPlacementRow
-	for rows.Next() {
-		var i FreeDevicesForPlacementRow
-		if err := rows.Scan(
-			&i.Uuid,
-			&i.NodeID,
-			&i.Idx,
-			&i.ModelKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const getPool = `-- name: GetPool :one
 SELECT tenant, name, description, created_at, updated_at FROM pools WHERE tenant = $1 AND name = $2
 `
@@ -416,29 +325,24 @@ func (q *Queries) GetReservationByKey(ctx context.Context, arg GetReservationByK
 	return i, err
 }
 
-const insertDeviceBookings = `-- name: InsertDeviceBookings :exec
-INSERT INTO device_bookings (device_uuid, reservation_id)
-SELECT unnest($1::text[]), $2::text
-`
-
-type InsertDeviceBookingsParams struct {
-	Uuids         []string
-	ReservationID string
-}
-
-// Fails on the primary key when any of the GPUs is booked already.
-func (q *Queries) InsertDeviceBookings(ctx context.Context, arg InsertDeviceBookingsParams) error {
-	_, err := q.db.Exec(ctx, insertDeviceBookings, arg.Uuids, arg.ReservationID)
-	return err
-}
-
 const insertReservation = `-- name: InsertReservation :one
-INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
-                          idempotency_key, request_hash, created_at, ends_at)
-VALUES ($1, $2, $3, $4, $5,
-        $6, $7, $8, $9,
-        $10, clock_timestamp(), $11)
-RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
+WITH r AS (
+    INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
+                              idempotency_key, request_hash, created_at, ends_at)
+    VALUES ($1, $2, $3, $4, $5,
+            $6, $7, $8, $9,
+            $10, clock_timestamp(), $11)
+    RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until
+), history AS (
+    INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
+    -- Set-returning functions in one select list advance in step.
+    SELECT $1::text, unnest($12::text[]), unnest($13::text[]),
+           unnest($14::text[])
+), booked AS (
+    INSERT INTO device_bookings (device_uuid, reservation_id)
+    SELECT unnest($12::text[]), $1::text
+)
+SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state, idempotency_key, request_hash, created_at, ends_at, bound_at, released_at, metered_until FROM r
 `
 
 type InsertReservationParams struct {
@@ -453,9 +357,34 @@ type InsertReservationParams struct {
 	IdempotencyKey string
 	RequestHash    []byte
 	EndsAt         time.Time
+	Uuids          []string
+	NodeIds        []string
+	ModelKeys      []string
 }
 
-func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationParams) (Reservation, error) {
+type InsertReservationRow struct {
+	ID             string
+	Tenant         string
+	Principal      string
+	PoolTenant     string
+	Pool           string
+	NodeID         string
+	Gpus           int64
+	ModelKey       string
+	State          string
+	IdempotencyKey string
+	RequestHash    []byte
+	CreatedAt      time.Time
+	EndsAt         time.Time
+	BoundAt        *time.Time
+	ReleasedAt     *time.Time
+	MeteredUntil   *time.Time
+}
+
+// The reservation, its GPUs as booked (kept for history) and their
+// bookings, in one statement: one round trip. The bookings fail on their
+// primary key when any of the GPUs is booked already.
+func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationParams) (InsertReservationRow, error) {
 	row := q.db.QueryRow(ctx, insertReservation,
 		arg.ID,
 		arg.Tenant,
@@ -468,8 +397,11 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 		arg.IdempotencyKey,
 		arg.RequestHash,
 		arg.EndsAt,
+		arg.Uuids,
+		arg.NodeIds,
+		arg.ModelKeys,
 	)
-	var i Reservation
+	var i InsertReservationRow
 	err := row.Scan(
 		&i.ID,
 		&i.Tenant,
@@ -489,23 +421,6 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 		&i.MeteredUntil,
 	)
 	return i, err
-}
-
-const insertReservationDevices = `-- name: InsertReservationDevices :exec
-INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
-SELECT $1::text, d.uuid, d.node_id, d.model_key FROM devices d
-WHERE d.uuid = ANY($2::text[])
-`
-
-type InsertReservationDevicesParams struct {
-	ReservationID string
-	Uuids         []string
-}
-
-// Each GPU with its node and model as they are now, kept for history.
-func (q *Queries) InsertReservationDevices(ctx context.Context, arg InsertReservationDevicesParams) error {
-	_, err := q.db.Exec(ctx, insertReservationDevices, arg.ReservationID, arg.Uuids)
-	return err
 }
 
 const listNodeDevices = `-- name: ListNodeDevices :many
@@ -766,6 +681,47 @@ func (q *Queries) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAll
 	return items, nil
 }
 
+const nodeFreeDevices = `-- name: NodeFreeDevices :many
+SELECT d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.node_id = $1 AND (d.model_key = $2 OR $2 = '')
+  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
+ORDER BY d.idx, d.uuid
+LIMIT $3
+`
+
+type NodeFreeDevicesParams struct {
+	NodeID   string
+	ModelKey string
+	Lim      int32
+}
+
+type NodeFreeDevicesRow struct {
+	Uuid     string
+	NodeID   string
+	ModelKey string
+}
+
+// A node's GPUs of the model (” for any) that no reservation holds, by index.
+func (q *Queries) NodeFreeDevices(ctx context.Context, arg NodeFreeDevicesParams) ([]NodeFreeDevicesRow, error) {
+	rows, err := q.db.Query(ctx, nodeFreeDevices, arg.NodeID, arg.ModelKey, arg.Lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeFreeDevicesRow
+	for rows.Next() {
+		var i NodeFreeDevicesRow
+		if err := rows.Scan(&i.Uuid, &i.NodeID, &i.ModelKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const offerPool = `-- name: OfferPool :exec
 INSERT INTO pool_offers (pool_tenant, pool, tenant)
 VALUES ($1, $2, $3)
@@ -781,6 +737,96 @@ type OfferPoolParams struct {
 func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
 	_, err := q.db.Exec(ctx, offerPool, arg.PoolTenant, arg.Pool, arg.Tenant)
 	return err
+}
+
+const pickNodes = `-- name: PickNodes :many
+SELECT node_id, free FROM node_free
+WHERE tenant = $1 AND pool = $2 AND model_key = $3
+  AND eligible AND free >= $4
+ORDER BY free, node_id
+LIMIT $5
+`
+
+type PickNodesParams struct {
+	PoolTenant string
+	Pool       string
+	ModelKey   string
+	MinFree    int32
+	Lim        int32
+}
+
+type PickNodesRow struct {
+	NodeID string
+	Free   int32
+}
+
+// The pool's nodes that may take a reservation and have at least min_free
+// GPUs of the model free (” counts every model), fewest free first: the
+// node_free_pick index, read in order.
+func (q *Queries) PickNodes(ctx context.Context, arg PickNodesParams) ([]PickNodesRow, error) {
+	rows, err := q.db.Query(ctx, pickNodes,
+		arg.PoolTenant,
+		arg.Pool,
+		arg.ModelKey,
+		arg.MinFree,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickNodesRow
+	for rows.Next() {
+		var i PickNodesRow
+		if err := rows.Scan(&i.NodeID, &i.Free); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const poolFree = `-- name: PoolFree :many
+SELECT model_key, CAST(SUM(free) AS BIGINT) AS free, CAST(MAX(free) AS BIGINT) AS most FROM node_free
+WHERE tenant = $1 AND pool = $2 AND eligible
+GROUP BY model_key
+ORDER BY model_key
+`
+
+type PoolFreeParams struct {
+	PoolTenant string
+	Pool       string
+}
+
+type PoolFreeRow struct {
+	ModelKey string
+	Free     int64
+	Most     int64
+}
+
+// The pool's free GPUs on nodes that may take a reservation, by model
+// (model_key ” sums them all), with the most on one node.
+func (q *Queries) PoolFree(ctx context.Context, arg PoolFreeParams) ([]PoolFreeRow, error) {
+	rows, err := q.db.Query(ctx, poolFree, arg.PoolTenant, arg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolFreeRow
+	for rows.Next() {
+		var i PoolFreeRow
+		if err := rows.Scan(&i.ModelKey, &i.Free, &i.Most); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const releaseReservation = `-- name: ReleaseReservation :one

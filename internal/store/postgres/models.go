@@ -120,6 +120,15 @@ type NodeCommand struct {
 	FinishedAt     *time.Time
 }
 
+type NodeFree struct {
+	NodeID   string
+	ModelKey string
+	Tenant   string
+	Pool     string
+	Eligible bool
+	Free     int32
+}
+
 type NodeInventory struct {
 	NodeID    string
 	Name      string

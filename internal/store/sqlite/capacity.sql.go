@@ -88,51 +88,6 @@ func (q *Queries) BindReservation(ctx context.Context, arg BindReservationParams
 	return i, err
 }
 
-const countFreeDevices = `-- name: CountFreeDevices :many
-SELECT d.model_key, COUNT(*) AS free FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = ?1 AND n.pool = ?2 AND n.state = 'ready' AND n.cordoned = 0
-  AND (d.model_key = ?3 OR ?3 IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-GROUP BY d.model_key
-ORDER BY d.model_key
-`
-
-type CountFreeDevicesParams struct {
-	PoolTenant string
-	Pool       string
-	ModelKey   sql.NullString
-}
-
-type CountFreeDevicesRow struct {
-	ModelKey string
-	Free     int64
-}
-
-// FreeDevicesForPlacement's GPUs counted by model.
-func (q *Queries) CountFreeDevices(ctx context.Context, arg CountFreeDevicesParams) ([]CountFreeDevicesRow, error) {
-	rows, err := q.db.QueryContext(ctx, countFreeDevices, arg.PoolTenant, arg.Pool, arg.ModelKey)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []CountFreeDevicesRow
-	for rows.Next() {
-		var i CountFreeDevicesRow
-		if err := rows.Scan(&i.ModelKey, &i.Free); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const createPool = `-- name: CreatePool :one
 INSERT INTO pools (tenant, name, description, created_at, updated_at)
 VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER))
@@ -285,58 +240,6 @@ func (q *Queries) ExtendReservation(ctx context.Context, arg ExtendReservationPa
 		&i.MeteredUntil,
 	)
 	return i, err
-}
-
-const freeDevicesForPlacement = `-- name: FreeDevicesForPlacement :many
-SELECT d.uuid, d.node_id, d.idx, d.model_key FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = ?1 AND n.pool = ?2 AND n.state = 'ready' AND n.cordoned = 0
-  AND (d.model_key = ?3 OR ?3 IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-ORDER BY d.node_id, d.idx, d.uuid
-`
-
-type FreeDevicesForPlacementParams struct {
-	PoolTenant string
-	Pool       string
-	ModelKey   sql.NullString
-}
-
-type FreeDevicesForPlacementRow struct {
-	Uuid     string
-	NodeID   string
-	Idx      int64
-	ModelKey string
-}
-
-// The GPUs bookable now in a pool: on its ready, uncordoned nodes, of the
-// model asked for (NULL: any), and not booked.
-func (q *Queries) FreeDevicesForPlacement(ctx context.Context, arg FreeDevicesForPlacementParams) ([]FreeDevicesForPlacementRow, error) {
-	rows, err := q.db.QueryContext(ctx, freeDevicesForPlacement, arg.PoolTenant, arg.Pool, arg.ModelKey)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []FreeDevicesForPlacementRow
-	for rows.Next() {
-		var i FreeDevicesForPlacementRow
-		if err := rows.Scan(
-			&i.Uuid,
-			&i.NodeID,
-			&i.Idx,
-			&i.ModelKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const getPool = `-- name: GetPool :one
@@ -794,6 +697,50 @@ func (q *Queries) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAll
 	return items, nil
 }
 
+const nodeFreeDevices = `-- name: NodeFreeDevices :many
+SELECT d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.node_id = ?1 AND (d.model_key = ?2 OR ?2 = '')
+  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
+ORDER BY d.idx, d.uuid
+LIMIT ?3
+`
+
+type NodeFreeDevicesParams struct {
+	NodeID   string
+	ModelKey string
+	Lim      int64
+}
+
+type NodeFreeDevicesRow struct {
+	Uuid     string
+	NodeID   string
+	ModelKey string
+}
+
+// A node's GPUs of the model (” for any) that no reservation holds, by index.
+func (q *Queries) NodeFreeDevices(ctx context.Context, arg NodeFreeDevicesParams) ([]NodeFreeDevicesRow, error) {
+	rows, err := q.db.QueryContext(ctx, nodeFreeDevices, arg.NodeID, arg.ModelKey, arg.Lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeFreeDevicesRow
+	for rows.Next() {
+		var i NodeFreeDevicesRow
+		if err := rows.Scan(&i.Uuid, &i.NodeID, &i.ModelKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const offerPool = `-- name: OfferPool :exec
 INSERT INTO pool_offers (pool_tenant, pool, tenant)
 VALUES (?1, ?2, ?3)
@@ -809,6 +756,102 @@ type OfferPoolParams struct {
 func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
 	_, err := q.db.ExecContext(ctx, offerPool, arg.PoolTenant, arg.Pool, arg.Tenant)
 	return err
+}
+
+const pickNodes = `-- name: PickNodes :many
+SELECT node_id, free FROM node_free
+WHERE tenant = ?1 AND pool = ?2 AND model_key = ?3
+  AND eligible = 1 AND free >= ?4
+ORDER BY free, node_id
+LIMIT ?5
+`
+
+type PickNodesParams struct {
+	PoolTenant string
+	Pool       string
+	ModelKey   string
+	MinFree    int64
+	Lim        int64
+}
+
+type PickNodesRow struct {
+	NodeID string
+	Free   int64
+}
+
+// The pool's nodes that may take a reservation and have at least min_free
+// GPUs of the model free (” counts every model), fewest free first: the
+// node_free_pick index, read in order.
+func (q *Queries) PickNodes(ctx context.Context, arg PickNodesParams) ([]PickNodesRow, error) {
+	rows, err := q.db.QueryContext(ctx, pickNodes,
+		arg.PoolTenant,
+		arg.Pool,
+		arg.ModelKey,
+		arg.MinFree,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickNodesRow
+	for rows.Next() {
+		var i PickNodesRow
+		if err := rows.Scan(&i.NodeID, &i.Free); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const poolFree = `-- name: PoolFree :many
+SELECT model_key, CAST(SUM(free) AS INTEGER) AS free, CAST(MAX(free) AS INTEGER) AS most FROM node_free
+WHERE tenant = ?1 AND pool = ?2 AND eligible = 1
+GROUP BY model_key
+ORDER BY model_key
+`
+
+type PoolFreeParams struct {
+	PoolTenant string
+	Pool       string
+}
+
+type PoolFreeRow struct {
+	ModelKey string
+	Free     int64
+	Most     int64
+}
+
+// The pool's free GPUs on nodes that may take a reservation, by model
+// (model_key ” sums them all), with the most on one node.
+func (q *Queries) PoolFree(ctx context.Context, arg PoolFreeParams) ([]PoolFreeRow, error) {
+	rows, err := q.db.QueryContext(ctx, poolFree, arg.PoolTenant, arg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolFreeRow
+	for rows.Next() {
+		var i PoolFreeRow
+		if err := rows.Scan(&i.ModelKey, &i.Free, &i.Most); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const releaseReservation = `-- name: ReleaseReservation :one

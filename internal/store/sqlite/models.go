@@ -120,6 +120,15 @@ type NodeCommand struct {
 	FinishedAt     sql.NullInt64
 }
 
+type NodeFree struct {
+	NodeID   string
+	ModelKey string
+	Tenant   string
+	Pool     string
+	Eligible int64
+	Free     int64
+}
+
 type NodeInventory struct {
 	NodeID    string
 	Name      string

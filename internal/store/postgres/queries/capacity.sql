@@ -75,44 +75,53 @@ WHERE node_id = sqlc.arg(node_id)
 -- name: ListNodeDevices :many
 SELECT * FROM devices WHERE node_id = sqlc.arg(node_id) ORDER BY idx, uuid;
 
--- name: FreeDevicesForPlacement :many
--- The GPUs bookable now in a pool: on its ready, uncordoned nodes, of the
--- model asked for (NULL: any), and not booked.
-SELECT d.uuid, d.node_id, d.idx, d.model_key FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND NOT n.cordoned
-  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key)::text IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-ORDER BY d.node_id, d.idx, d.uuid;
+-- name: PickNodes :many
+-- The pool's nodes that may take a reservation and have at least min_free
+-- GPUs of the model free ('' counts every model), fewest free first: the
+-- node_free_pick index, read in order.
+SELECT node_id, free FROM node_free
+WHERE tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool) AND model_key = sqlc.arg(model_key)
+  AND eligible AND free >= sqlc.arg(min_free)
+ORDER BY free, node_id
+LIMIT sqlc.arg(lim);
 
--- name: CountFreeDevices :many
--- FreeDevicesForPlacement's GPUs counted by model.
-SELECT d.model_key, COUNT(*)::bigint AS free FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND NOT n.cordoned
-  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key)::text IS NULL)
+-- name: NodeFreeDevices :many
+-- A node's GPUs of the model ('' for any) that no reservation holds, by index.
+SELECT d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.node_id = sqlc.arg(node_id) AND (d.model_key = sqlc.arg(model_key) OR sqlc.arg(model_key) = '')
   AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-GROUP BY d.model_key
-ORDER BY d.model_key;
+ORDER BY d.idx, d.uuid
+LIMIT sqlc.arg(lim);
+
+-- name: PoolFree :many
+-- The pool's free GPUs on nodes that may take a reservation, by model
+-- (model_key '' sums them all), with the most on one node.
+SELECT model_key, CAST(SUM(free) AS BIGINT) AS free, CAST(MAX(free) AS BIGINT) AS most FROM node_free
+WHERE tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool) AND eligible
+GROUP BY model_key
+ORDER BY model_key;
 
 -- name: InsertReservation :one
-INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
-                          idempotency_key, request_hash, created_at, ends_at)
-VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(principal), sqlc.arg(pool_tenant), sqlc.arg(pool),
-        sqlc.arg(node_id), sqlc.arg(gpus), sqlc.arg(model_key), sqlc.arg(idempotency_key),
-        sqlc.arg(request_hash), clock_timestamp(), sqlc.arg(ends_at))
-RETURNING *;
-
--- name: InsertReservationDevices :exec
--- Each GPU with its node and model as they are now, kept for history.
-INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
-SELECT sqlc.arg(reservation_id)::text, d.uuid, d.node_id, d.model_key FROM devices d
-WHERE d.uuid = ANY(sqlc.arg(uuids)::text[]);
-
--- name: InsertDeviceBookings :exec
--- Fails on the primary key when any of the GPUs is booked already.
-INSERT INTO device_bookings (device_uuid, reservation_id)
-SELECT unnest(sqlc.arg(uuids)::text[]), sqlc.arg(reservation_id)::text;
+-- The reservation, its GPUs as booked (kept for history) and their
+-- bookings, in one statement: one round trip. The bookings fail on their
+-- primary key when any of the GPUs is booked already.
+WITH r AS (
+    INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
+                              idempotency_key, request_hash, created_at, ends_at)
+    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(principal), sqlc.arg(pool_tenant), sqlc.arg(pool),
+            sqlc.arg(node_id), sqlc.arg(gpus), sqlc.arg(model_key), sqlc.arg(idempotency_key),
+            sqlc.arg(request_hash), clock_timestamp(), sqlc.arg(ends_at))
+    RETURNING *
+), history AS (
+    INSERT INTO reservation_devices (reservation_id, device_uuid, node_id, model_key)
+    -- Set-returning functions in one select list advance in step.
+    SELECT sqlc.arg(id)::text, unnest(sqlc.arg(uuids)::text[]), unnest(sqlc.arg(node_ids)::text[]),
+           unnest(sqlc.arg(model_keys)::text[])
+), booked AS (
+    INSERT INTO device_bookings (device_uuid, reservation_id)
+    SELECT unnest(sqlc.arg(uuids)::text[]), sqlc.arg(id)::text
+)
+SELECT * FROM r;
 
 -- name: ListReservationDevices :many
 SELECT reservation_id, device_uuid, node_id, model_key FROM reservation_devices

@@ -75,25 +75,31 @@ WHERE node_id = sqlc.arg(node_id)
 -- name: ListNodeDevices :many
 SELECT * FROM devices WHERE node_id = sqlc.arg(node_id) ORDER BY idx, uuid;
 
--- name: FreeDevicesForPlacement :many
--- The GPUs bookable now in a pool: on its ready, uncordoned nodes, of the
--- model asked for (NULL: any), and not booked.
-SELECT d.uuid, d.node_id, d.idx, d.model_key FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND n.cordoned = 0
-  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key) IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-ORDER BY d.node_id, d.idx, d.uuid;
+-- name: PickNodes :many
+-- The pool's nodes that may take a reservation and have at least min_free
+-- GPUs of the model free ('' counts every model), fewest free first: the
+-- node_free_pick index, read in order.
+SELECT node_id, free FROM node_free
+WHERE tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool) AND model_key = sqlc.arg(model_key)
+  AND eligible = 1 AND free >= sqlc.arg(min_free)
+ORDER BY free, node_id
+LIMIT sqlc.arg(lim);
 
--- name: CountFreeDevices :many
--- FreeDevicesForPlacement's GPUs counted by model.
-SELECT d.model_key, COUNT(*) AS free FROM devices d
-JOIN nodes n ON n.id = d.node_id
-WHERE n.tenant = sqlc.arg(pool_tenant) AND n.pool = sqlc.arg(pool) AND n.state = 'ready' AND n.cordoned = 0
-  AND (d.model_key = sqlc.narg(model_key) OR sqlc.narg(model_key) IS NULL)
+-- name: NodeFreeDevices :many
+-- A node's GPUs of the model ('' for any) that no reservation holds, by index.
+SELECT d.uuid, d.node_id, d.model_key FROM devices d
+WHERE d.node_id = sqlc.arg(node_id) AND (d.model_key = sqlc.arg(model_key) OR sqlc.arg(model_key) = '')
   AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = d.uuid)
-GROUP BY d.model_key
-ORDER BY d.model_key;
+ORDER BY d.idx, d.uuid
+LIMIT sqlc.arg(lim);
+
+-- name: PoolFree :many
+-- The pool's free GPUs on nodes that may take a reservation, by model
+-- (model_key '' sums them all), with the most on one node.
+SELECT model_key, CAST(SUM(free) AS INTEGER) AS free, CAST(MAX(free) AS INTEGER) AS most FROM node_free
+WHERE tenant = sqlc.arg(pool_tenant) AND pool = sqlc.arg(pool) AND eligible = 1
+GROUP BY model_key
+ORDER BY model_key;
 
 -- name: InsertReservation :one
 INSERT INTO reservations (id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key,
