@@ -281,7 +281,7 @@ type nodeFree struct {
 	free   int
 }
 
-// poolFree is a pool's free GPUs of one model ('' for all models) on nodes
+// poolFree is a pool's free GPUs of one model (” for all models) on nodes
 // that may take a reservation, and the most of them on one node.
 type poolFree struct {
 	modelKey   string
