@@ -281,7 +281,7 @@ type nodeFree struct {
 	free   int
 }
 
-// poolFree is a pool's free GPUs of one model (” for all models) on nodes
+// poolFree is a pool's free GPUs of one model ("" for all models) on nodes
 // that may take a reservation, and the most of them on one node.
 type poolFree struct {
 	modelKey   string
@@ -296,10 +296,10 @@ type placer interface {
 	// whether there is one.
 	reservationByKey(ctx context.Context, tenant, key string) (Reservation, bool, error)
 	// pickNodes returns up to limit of the pool's nodes that may take a
-	// reservation and have at least minFree GPUs of modelKey ('' for any)
+	// reservation and have at least minFree GPUs of modelKey ("" for any)
 	// free, fewest free first, then by id.
 	pickNodes(ctx context.Context, poolTenant, pool, modelKey string, minFree, limit int) ([]nodeFree, error)
-	// nodeFreeDevices returns up to limit free GPUs of modelKey ('' for
+	// nodeFreeDevices returns up to limit free GPUs of modelKey ("" for
 	// any) on the node, by index.
 	nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error)
 	// poolFree returns the pool's free GPUs by model.
