@@ -187,7 +187,6 @@ func (g *Gateway) bind(ctx context.Context, nodeID string, claims []*agentv1.All
 // refuseClaim records a refused claim in the node's tenant's audit log:
 // the node is the one that sent it, and its owner is who must look.
 func (g *Gateway) refuseClaim(ctx context.Context, s *session, reservationID string, cause error) error {
-	g.metrics.claims.WithLabelValues(claimRefused).Inc()
 	node, err := g.st.GetNode(ctx, s.nodeID)
 	if err != nil {
 		return fmt.Errorf("read node: %w", err)
@@ -200,6 +199,8 @@ func (g *Gateway) refuseClaim(ctx context.Context, s *session, reservationID str
 	}); err != nil {
 		return fmt.Errorf("audit a refused claim: %w", err)
 	}
+	// Counted once audited, so that whoever sees the count sees the event.
+	g.metrics.claims.WithLabelValues(claimRefused).Inc()
 	return nil
 }
 
