@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -177,6 +179,7 @@ func doctorCommand() *cobra.Command {
 
 func simCommand() *cobra.Command {
 	var cfg SimConfig
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "sim --nodes N --server URL --token T",
 		Short: "Run N simulated nodes (real agents on fake hardware) in one process",
@@ -185,9 +188,23 @@ func simCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cpuProfile != "" {
+				// The fleet's own CPU, for telling a slow server from a
+				// busy simulator when both share a machine.
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return RunSim(cmd.Context(), cfg)
 		},
 	}
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write the simulator's CPU profile to this file until it stops")
 	cmd.Flags().IntVar(&cfg.Nodes, "nodes", 1, "how many agents to run")
 	cmd.Flags().StringVar(&cfg.Server, "server", "", "the gateway's URL, https://host:port (first run)")
 	cmd.Flags().StringVar(&cfg.Token, "token", "", "a join token with enough uses (first run)")

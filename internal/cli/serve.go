@@ -77,6 +77,7 @@ func newServeCommand(g *globals) *cobra.Command {
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", getenv("BETTER_COMPUTE_TLS_KEY"), "PEM private key for --tls-cert")
 	f.BoolVar(&cfg.AllowPlaintext, "allow-plaintext", false, "serve without TLS on a non-loopback address (only behind a TLS-terminating proxy)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", envOr(getenv, "BETTER_COMPUTE_GATEWAY_LISTEN", controlplane.DefaultGatewayListen), "node gateway address: join, renew and node sessions over TLS 1.3 (env BETTER_COMPUTE_GATEWAY_LISTEN)")
+	f.StringVar(&cfg.DebugListen, "debug-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, such as 127.0.0.1:6060")
 	f.StringSliceVar(&cfg.GatewayAddresses, "gateway-address", nil, "host:port nodes dial, when not the bound address (repeatable)")
 	f.StringVar(&cfg.KeyFile, "key-file", getenv("BETTER_COMPUTE_KEY_FILE"), "the key sealing the CA keys (default <data-dir>/ca.key; env BETTER_COMPUTE_KEY_FILE)")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (renewed at 60%)")

@@ -73,6 +73,9 @@ type Config struct {
 	// BcdBinary is the bcd served to nodes at /downloads; bcd beside this
 	// executable when empty (none when there is no such file).
 	BcdBinary string
+	// DebugListen, when set, serves Go's profiles (/debug/pprof/) on this
+	// loopback address, for finding what a server spends its time on.
+	DebugListen string
 	// OnReady, when set, is called once, when the server accepts calls; an
 	// error from it shuts the server down and is returned by Run.
 	OnReady func(Ready) error
@@ -132,6 +135,15 @@ func Run(ctx context.Context, cfg Config) error {
 	gwAddr, err := reservePort(ctx, cmp.Or(cfg.GatewayListen, DefaultGatewayListen))
 	if err != nil {
 		return err
+	}
+	if cfg.DebugListen != "" {
+		dln, err := listenDebug(ctx, cfg.DebugListen)
+		if err != nil {
+			return err
+		}
+		debugCtx, stopDebug := context.WithCancel(ctx)
+		defer stopDebug()
+		go serveDebug(debugCtx, dln, logger)
 	}
 
 	// A SQLite store inside the data dir (as with dev) needs the dir first;

@@ -205,6 +205,8 @@ func TestBadInput(t *testing.T) {
 		{"cert without key", controlplane.Config{TLSCertFile: certOnly}, "needs both --tls-cert and --tls-key"},
 		{"plaintext on all interfaces", controlplane.Config{Listen: "0.0.0.0:0"}, "refusing to serve without TLS"},
 		{"bad listen address", controlplane.Config{Listen: "nonsense"}, "invalid --listen address"},
+		{"profiles on the network", controlplane.Config{DebugListen: "0.0.0.0:0"}, "--debug-listen takes a loopback address"},
+		{"profiles on a busy port", controlplane.Config{DebugListen: busy.Addr().String()}, "already in use"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -349,4 +351,26 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestDebugListen: --debug-listen serves Go's profiles on loopback.
+func TestDebugListen(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	start(t, controlplane.Config{StoreURL: "sqlite:" + filepath.Join(dir, "bc.db"), DataDir: dir, DebugListen: addr})
+	res, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
+		t.Errorf("GET /debug/pprof/goroutine: %s\n%.200s", res.Status, body)
+	}
 }

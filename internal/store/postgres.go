@@ -126,6 +126,10 @@ func connectCause(err error, timeout time.Duration) string {
 
 func (e *pgEngine) autocommit() Querier { return pgQuerier{pgdb.New(e.pool)} }
 
+// prepare does nothing: pgx prepares and caches each statement per
+// connection on its first use.
+func (e *pgEngine) prepare(context.Context) error { return nil }
+
 func (e *pgEngine) tx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
 	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
 	if err != nil {

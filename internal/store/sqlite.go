@@ -37,6 +37,7 @@ const sqliteHeader = "SQLite format 3\x00"
 // busy handler.
 type sqliteEngine struct {
 	db     *sql.DB
+	q      *sqlitedb.Queries // the prepared statements, once prepare ran; unprepared before
 	writer chan struct{} // holds one token while a transaction of this process runs
 	busy   time.Duration // how long a transaction waits for writer
 }
@@ -73,12 +74,17 @@ func openSQLite(ctx context.Context, loc Location, opts Options) (*sqliteEngine,
 	if err != nil {
 		return nil, fmt.Errorf("store: open SQLite database %s: %w", path, err)
 	}
-	db.SetMaxIdleConns(4)
+	// A bounded pool that keeps its connections: opening one runs the
+	// pragmas and parses the whole schema, triggers and all, which under a
+	// burst of joins cost more than the joins themselves. Writers queue on
+	// writer anyway; readers wait for a free connection instead.
+	db.SetMaxOpenConns(sqliteConns)
+	db.SetMaxIdleConns(sqliteConns)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open SQLite database %s: %w", path, err)
 	}
-	return &sqliteEngine{db: db, writer: make(chan struct{}, 1), busy: opts.BusyTimeout}, nil
+	return &sqliteEngine{db: db, q: sqlitedb.New(db), writer: make(chan struct{}, 1), busy: opts.BusyTimeout}, nil
 }
 
 // checkSQLiteFile accepts a path that does not exist yet (in a directory
@@ -120,7 +126,21 @@ func checkSQLiteFile(path string) error {
 	return nil
 }
 
-func (e *sqliteEngine) autocommit() Querier { return sqliteQuerier{sqlitedb.New(e.db)} }
+// sqliteConns bounds the connections to a SQLite file.
+const sqliteConns = 16
+
+func (e *sqliteEngine) autocommit() Querier { return sqliteQuerier{e.q} }
+
+// prepare prepares every query once; database/sql then prepares each again
+// on each connection it is used on, once, and transactions reuse them.
+func (e *sqliteEngine) prepare(ctx context.Context) error {
+	q, err := sqlitedb.Prepare(ctx, e.db)
+	if err != nil {
+		return err
+	}
+	e.q = q
+	return nil
+}
 
 func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
 	wait := time.NewTimer(e.busy)
@@ -141,7 +161,7 @@ func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Qu
 	// Deferred, so that a panicking fn does not leave the write lock held;
 	// a no-op after Commit.
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(ctx, sqliteQuerier{sqlitedb.New(tx)}); err != nil {
+	if err := fn(ctx, sqliteQuerier{e.q.WithTx(tx)}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

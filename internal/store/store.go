@@ -136,6 +136,8 @@ var _ Querier = (*Store)(nil)
 type engine interface {
 	// autocommit returns the Querier that runs each call as its own statement.
 	autocommit() Querier
+	// prepare readies the engine's statements once the schema is migrated.
+	prepare(ctx context.Context) error
 	// tx runs fn once in one transaction (SERIALIZABLE on PostgreSQL, BEGIN
 	// IMMEDIATE on SQLite), committing when fn returns nil.
 	tx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error
@@ -193,6 +195,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		_ = eng.close()
 		return nil, err
 	}
+	if err := eng.prepare(ctx); err != nil {
+		_ = eng.close()
+		return nil, fmt.Errorf("store: prepare statements on %s: %w", loc, err)
+	}
+	s.querier = eng.autocommit()
 	return s, nil
 }
 

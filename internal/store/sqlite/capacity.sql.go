@@ -25,7 +25,7 @@ type AdoptNodeParams struct {
 // A node is adopted only into a pool of its own tenant; the caller tells a
 // missing node from a tenant mismatch when this changes nothing.
 func (q *Queries) AdoptNode(ctx context.Context, arg AdoptNodeParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, adoptNode, arg.Pool, arg.ID, arg.Tenant)
+	row := q.queryRow(ctx, q.adoptNodeStmt, adoptNode, arg.Pool, arg.ID, arg.Tenant)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -65,7 +65,7 @@ type BindReservationParams struct {
 
 // A reservation that spans nodes (node_id ”) is bound by any of them.
 func (q *Queries) BindReservation(ctx context.Context, arg BindReservationParams) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, bindReservation, arg.ID, arg.NodeID)
+	row := q.queryRow(ctx, q.bindReservationStmt, bindReservation, arg.ID, arg.NodeID)
 	var i Reservation
 	err := row.Scan(
 		&i.ID,
@@ -101,7 +101,7 @@ type CreatePoolParams struct {
 }
 
 func (q *Queries) CreatePool(ctx context.Context, arg CreatePoolParams) (Pool, error) {
-	row := q.db.QueryRowContext(ctx, createPool, arg.Tenant, arg.Name, arg.Description)
+	row := q.queryRow(ctx, q.createPoolStmt, createPool, arg.Tenant, arg.Name, arg.Description)
 	var i Pool
 	err := row.Scan(
 		&i.Tenant,
@@ -128,7 +128,7 @@ type DeleteMissingDevicesParams struct {
 // The node's GPUs not in uuids (a JSON array), except booked ones: those
 // stay until their reservation ends.
 func (q *Queries) DeleteMissingDevices(ctx context.Context, arg DeleteMissingDevicesParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deleteMissingDevices, arg.NodeID, arg.Uuids)
+	result, err := q.exec(ctx, q.deleteMissingDevicesStmt, deleteMissingDevices, arg.NodeID, arg.Uuids)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +152,7 @@ type DeletePoolParams struct {
 // Refused, by deleting nothing, while a node is adopted into the pool or a
 // reservation in it is active; its offers go with it (ON DELETE CASCADE).
 func (q *Queries) DeletePool(ctx context.Context, arg DeletePoolParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deletePool, arg.Tenant, arg.Name)
+	result, err := q.exec(ctx, q.deletePoolStmt, deletePool, arg.Tenant, arg.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -167,7 +167,7 @@ RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, st
 
 // The trigger reservations_free_bookings deletes their bookings.
 func (q *Queries) ExpireReservations(ctx context.Context) ([]Reservation, error) {
-	rows, err := q.db.QueryContext(ctx, expireReservations)
+	rows, err := q.query(ctx, q.expireReservationsStmt, expireReservations)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ type ExtendReservationParams struct {
 
 // Only an active reservation that has not ended by the store's clock.
 func (q *Queries) ExtendReservation(ctx context.Context, arg ExtendReservationParams) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, extendReservation, arg.EndsAt, arg.ID)
+	row := q.queryRow(ctx, q.extendReservationStmt, extendReservation, arg.EndsAt, arg.ID)
 	var i Reservation
 	err := row.Scan(
 		&i.ID,
@@ -252,7 +252,7 @@ type GetPoolParams struct {
 }
 
 func (q *Queries) GetPool(ctx context.Context, arg GetPoolParams) (Pool, error) {
-	row := q.db.QueryRowContext(ctx, getPool, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.getPoolStmt, getPool, arg.Tenant, arg.Name)
 	var i Pool
 	err := row.Scan(
 		&i.Tenant,
@@ -269,7 +269,7 @@ SELECT id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, state
 `
 
 func (q *Queries) GetReservation(ctx context.Context, id string) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, getReservation, id)
+	row := q.queryRow(ctx, q.getReservationStmt, getReservation, id)
 	var i Reservation
 	err := row.Scan(
 		&i.ID,
@@ -303,7 +303,7 @@ type GetReservationByKeyParams struct {
 }
 
 func (q *Queries) GetReservationByKey(ctx context.Context, arg GetReservationByKeyParams) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, getReservationByKey, arg.Tenant, arg.IdempotencyKey)
+	row := q.queryRow(ctx, q.getReservationByKeyStmt, getReservationByKey, arg.Tenant, arg.IdempotencyKey)
 	var i Reservation
 	err := row.Scan(
 		&i.ID,
@@ -338,7 +338,7 @@ type InsertDeviceBookingsParams struct {
 
 // Fails on the primary key when any of the GPUs is booked already.
 func (q *Queries) InsertDeviceBookings(ctx context.Context, arg InsertDeviceBookingsParams) error {
-	_, err := q.db.ExecContext(ctx, insertDeviceBookings, arg.ReservationID, arg.Uuids)
+	_, err := q.exec(ctx, q.insertDeviceBookingsStmt, insertDeviceBookings, arg.ReservationID, arg.Uuids)
 	return err
 }
 
@@ -366,7 +366,7 @@ type InsertReservationParams struct {
 }
 
 func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationParams) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, insertReservation,
+	row := q.queryRow(ctx, q.insertReservationStmt, insertReservation,
 		arg.ID,
 		arg.Tenant,
 		arg.Principal,
@@ -414,7 +414,7 @@ type InsertReservationDevicesParams struct {
 
 // Each GPU with its node and model as they are now, kept for history.
 func (q *Queries) InsertReservationDevices(ctx context.Context, arg InsertReservationDevicesParams) error {
-	_, err := q.db.ExecContext(ctx, insertReservationDevices, arg.ReservationID, arg.Uuids)
+	_, err := q.exec(ctx, q.insertReservationDevicesStmt, insertReservationDevices, arg.ReservationID, arg.Uuids)
 	return err
 }
 
@@ -423,7 +423,7 @@ SELECT uuid, node_id, idx, model_key, model_name, memory_bytes, updated_at FROM 
 `
 
 func (q *Queries) ListNodeDevices(ctx context.Context, nodeID string) ([]Device, error) {
-	rows, err := q.db.QueryContext(ctx, listNodeDevices, nodeID)
+	rows, err := q.query(ctx, q.listNodeDevicesStmt, listNodeDevices, nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -465,7 +465,7 @@ type ListPoolOffersParams struct {
 }
 
 func (q *Queries) ListPoolOffers(ctx context.Context, arg ListPoolOffersParams) ([]string, error) {
-	rows, err := q.db.QueryContext(ctx, listPoolOffers, arg.PoolTenant, arg.Pool)
+	rows, err := q.query(ctx, q.listPoolOffersStmt, listPoolOffers, arg.PoolTenant, arg.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +492,7 @@ SELECT tenant, name, description, created_at, updated_at FROM pools WHERE tenant
 `
 
 func (q *Queries) ListPools(ctx context.Context, tenant string) ([]Pool, error) {
-	rows, err := q.db.QueryContext(ctx, listPools, tenant)
+	rows, err := q.query(ctx, q.listPoolsStmt, listPools, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +529,7 @@ ORDER BY p.tenant, p.name
 
 // Other tenants' pools offered to tenant; its own pools are in ListPools.
 func (q *Queries) ListPoolsOfferedTo(ctx context.Context, tenant string) ([]Pool, error) {
-	rows, err := q.db.QueryContext(ctx, listPoolsOfferedTo, tenant)
+	rows, err := q.query(ctx, q.listPoolsOfferedToStmt, listPoolsOfferedTo, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +564,7 @@ ORDER BY reservation_id, device_uuid
 `
 
 func (q *Queries) ListReservationDevices(ctx context.Context, ids string) ([]ReservationDevice, error) {
-	rows, err := q.db.QueryContext(ctx, listReservationDevices, ids)
+	rows, err := q.query(ctx, q.listReservationDevicesStmt, listReservationDevices, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -613,7 +613,7 @@ type ListReservationsParams struct {
 
 // Unset filters are NULL.
 func (q *Queries) ListReservations(ctx context.Context, arg ListReservationsParams) ([]Reservation, error) {
-	rows, err := q.db.QueryContext(ctx, listReservations,
+	rows, err := q.query(ctx, q.listReservationsStmt, listReservations,
 		arg.Tenant,
 		arg.PoolTenant,
 		arg.Pool,
@@ -675,7 +675,7 @@ type NodeAllocationsRow struct {
 
 // The GPUs booked on a node now, by reservation.
 func (q *Queries) NodeAllocations(ctx context.Context, nodeID string) ([]NodeAllocationsRow, error) {
-	rows, err := q.db.QueryContext(ctx, nodeAllocations, nodeID)
+	rows, err := q.query(ctx, q.nodeAllocationsStmt, nodeAllocations, nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -719,7 +719,7 @@ type NodeFreeDevicesRow struct {
 
 // A node's GPUs of the model (” for any) that no reservation holds, by index.
 func (q *Queries) NodeFreeDevices(ctx context.Context, arg NodeFreeDevicesParams) ([]NodeFreeDevicesRow, error) {
-	rows, err := q.db.QueryContext(ctx, nodeFreeDevices, arg.NodeID, arg.ModelKey, arg.Lim)
+	rows, err := q.query(ctx, q.nodeFreeDevicesStmt, nodeFreeDevices, arg.NodeID, arg.ModelKey, arg.Lim)
 	if err != nil {
 		return nil, err
 	}
@@ -754,7 +754,7 @@ type OfferPoolParams struct {
 }
 
 func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
-	_, err := q.db.ExecContext(ctx, offerPool, arg.PoolTenant, arg.Pool, arg.Tenant)
+	_, err := q.exec(ctx, q.offerPoolStmt, offerPool, arg.PoolTenant, arg.Pool, arg.Tenant)
 	return err
 }
 
@@ -783,7 +783,7 @@ type PickNodesRow struct {
 // GPUs of the model free (” counts every model), fewest free first: the
 // node_free_pick index, read in order.
 func (q *Queries) PickNodes(ctx context.Context, arg PickNodesParams) ([]PickNodesRow, error) {
-	rows, err := q.db.QueryContext(ctx, pickNodes,
+	rows, err := q.query(ctx, q.pickNodesStmt, pickNodes,
 		arg.PoolTenant,
 		arg.Pool,
 		arg.ModelKey,
@@ -832,7 +832,7 @@ type PoolFreeRow struct {
 // The pool's free GPUs on nodes that may take a reservation, by model
 // (model_key ” sums them all), with the most on one node.
 func (q *Queries) PoolFree(ctx context.Context, arg PoolFreeParams) ([]PoolFreeRow, error) {
-	rows, err := q.db.QueryContext(ctx, poolFree, arg.PoolTenant, arg.Pool)
+	rows, err := q.query(ctx, q.poolFreeStmt, poolFree, arg.PoolTenant, arg.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -862,7 +862,7 @@ RETURNING id, tenant, principal, pool_tenant, pool, node_id, gpus, model_key, st
 
 // The trigger reservations_free_bookings deletes its bookings.
 func (q *Queries) ReleaseReservation(ctx context.Context, id string) (Reservation, error) {
-	row := q.db.QueryRowContext(ctx, releaseReservation, id)
+	row := q.queryRow(ctx, q.releaseReservationStmt, releaseReservation, id)
 	var i Reservation
 	err := row.Scan(
 		&i.ID,
@@ -896,7 +896,7 @@ type SetNodeCordonedParams struct {
 }
 
 func (q *Queries) SetNodeCordoned(ctx context.Context, arg SetNodeCordonedParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, setNodeCordoned, arg.Cordoned, arg.ID)
+	row := q.queryRow(ctx, q.setNodeCordonedStmt, setNodeCordoned, arg.Cordoned, arg.ID)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -935,7 +935,7 @@ type UnofferPoolParams struct {
 }
 
 func (q *Queries) UnofferPool(ctx context.Context, arg UnofferPoolParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, unofferPool, arg.PoolTenant, arg.Pool, arg.Tenant)
+	result, err := q.exec(ctx, q.unofferPoolStmt, unofferPool, arg.PoolTenant, arg.Pool, arg.Tenant)
 	if err != nil {
 		return 0, err
 	}
@@ -955,7 +955,7 @@ type UpdatePoolParams struct {
 }
 
 func (q *Queries) UpdatePool(ctx context.Context, arg UpdatePoolParams) (Pool, error) {
-	row := q.db.QueryRowContext(ctx, updatePool, arg.Description, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.updatePoolStmt, updatePool, arg.Description, arg.Tenant, arg.Name)
 	var i Pool
 	err := row.Scan(
 		&i.Tenant,
@@ -986,7 +986,7 @@ type UpsertDeviceParams struct {
 }
 
 func (q *Queries) UpsertDevice(ctx context.Context, arg UpsertDeviceParams) error {
-	_, err := q.db.ExecContext(ctx, upsertDevice,
+	_, err := q.exec(ctx, q.upsertDeviceStmt, upsertDevice,
 		arg.Uuid,
 		arg.NodeID,
 		arg.Idx,

@@ -7,6 +7,7 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"fmt"
 )
 
 type DBTX interface {
@@ -20,12 +21,1138 @@ func New(db DBTX) *Queries {
 	return &Queries{db: db}
 }
 
+func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
+	q := Queries{db: db}
+	var err error
+	if q.addGroupMemberStmt, err = db.PrepareContext(ctx, addGroupMember); err != nil {
+		return nil, fmt.Errorf("error preparing query AddGroupMember: %w", err)
+	}
+	if q.adoptNodeStmt, err = db.PrepareContext(ctx, adoptNode); err != nil {
+		return nil, fmt.Errorf("error preparing query AdoptNode: %w", err)
+	}
+	if q.advanceMeteredUntilStmt, err = db.PrepareContext(ctx, advanceMeteredUntil); err != nil {
+		return nil, fmt.Errorf("error preparing query AdvanceMeteredUntil: %w", err)
+	}
+	if q.authenticateTokenStmt, err = db.PrepareContext(ctx, authenticateToken); err != nil {
+		return nil, fmt.Errorf("error preparing query AuthenticateToken: %w", err)
+	}
+	if q.authzEpochStmt, err = db.PrepareContext(ctx, authzEpoch); err != nil {
+		return nil, fmt.Errorf("error preparing query AuthzEpoch: %w", err)
+	}
+	if q.beginSessionStmt, err = db.PrepareContext(ctx, beginSession); err != nil {
+		return nil, fmt.Errorf("error preparing query BeginSession: %w", err)
+	}
+	if q.bindReservationStmt, err = db.PrepareContext(ctx, bindReservation); err != nil {
+		return nil, fmt.Errorf("error preparing query BindReservation: %w", err)
+	}
+	if q.createCAStmt, err = db.PrepareContext(ctx, createCA); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateCA: %w", err)
+	}
+	if q.createGroupStmt, err = db.PrepareContext(ctx, createGroup); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateGroup: %w", err)
+	}
+	if q.createJoinTokenStmt, err = db.PrepareContext(ctx, createJoinToken); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateJoinToken: %w", err)
+	}
+	if q.createNodeStmt, err = db.PrepareContext(ctx, createNode); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateNode: %w", err)
+	}
+	if q.createNodeCommandStmt, err = db.PrepareContext(ctx, createNodeCommand); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateNodeCommand: %w", err)
+	}
+	if q.createPoolStmt, err = db.PrepareContext(ctx, createPool); err != nil {
+		return nil, fmt.Errorf("error preparing query CreatePool: %w", err)
+	}
+	if q.createPrincipalStmt, err = db.PrepareContext(ctx, createPrincipal); err != nil {
+		return nil, fmt.Errorf("error preparing query CreatePrincipal: %w", err)
+	}
+	if q.createTenantStmt, err = db.PrepareContext(ctx, createTenant); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateTenant: %w", err)
+	}
+	if q.createTokenStmt, err = db.PrepareContext(ctx, createToken); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateToken: %w", err)
+	}
+	if q.deleteGroupStmt, err = db.PrepareContext(ctx, deleteGroup); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteGroup: %w", err)
+	}
+	if q.deleteMissingDevicesStmt, err = db.PrepareContext(ctx, deleteMissingDevices); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteMissingDevices: %w", err)
+	}
+	if q.deleteNodeStmt, err = db.PrepareContext(ctx, deleteNode); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteNode: %w", err)
+	}
+	if q.deletePolicyStmt, err = db.PrepareContext(ctx, deletePolicy); err != nil {
+		return nil, fmt.Errorf("error preparing query DeletePolicy: %w", err)
+	}
+	if q.deletePoolStmt, err = db.PrepareContext(ctx, deletePool); err != nil {
+		return nil, fmt.Errorf("error preparing query DeletePool: %w", err)
+	}
+	if q.deletePrincipalStmt, err = db.PrepareContext(ctx, deletePrincipal); err != nil {
+		return nil, fmt.Errorf("error preparing query DeletePrincipal: %w", err)
+	}
+	if q.deleteSettingStmt, err = db.PrepareContext(ctx, deleteSetting); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteSetting: %w", err)
+	}
+	if q.deleteTenantStmt, err = db.PrepareContext(ctx, deleteTenant); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteTenant: %w", err)
+	}
+	if q.expireCommandsStmt, err = db.PrepareContext(ctx, expireCommands); err != nil {
+		return nil, fmt.Errorf("error preparing query ExpireCommands: %w", err)
+	}
+	if q.expireReservationsStmt, err = db.PrepareContext(ctx, expireReservations); err != nil {
+		return nil, fmt.Errorf("error preparing query ExpireReservations: %w", err)
+	}
+	if q.extendReservationStmt, err = db.PrepareContext(ctx, extendReservation); err != nil {
+		return nil, fmt.Errorf("error preparing query ExtendReservation: %w", err)
+	}
+	if q.failInFlightCommandsStmt, err = db.PrepareContext(ctx, failInFlightCommands); err != nil {
+		return nil, fmt.Errorf("error preparing query FailInFlightCommands: %w", err)
+	}
+	if q.finishCommandStmt, err = db.PrepareContext(ctx, finishCommand); err != nil {
+		return nil, fmt.Errorf("error preparing query FinishCommand: %w", err)
+	}
+	if q.getCAStmt, err = db.PrepareContext(ctx, getCA); err != nil {
+		return nil, fmt.Errorf("error preparing query GetCA: %w", err)
+	}
+	if q.getGroupStmt, err = db.PrepareContext(ctx, getGroup); err != nil {
+		return nil, fmt.Errorf("error preparing query GetGroup: %w", err)
+	}
+	if q.getJoinTokenStmt, err = db.PrepareContext(ctx, getJoinToken); err != nil {
+		return nil, fmt.Errorf("error preparing query GetJoinToken: %w", err)
+	}
+	if q.getNodeStmt, err = db.PrepareContext(ctx, getNode); err != nil {
+		return nil, fmt.Errorf("error preparing query GetNode: %w", err)
+	}
+	if q.getNodeCommandStmt, err = db.PrepareContext(ctx, getNodeCommand); err != nil {
+		return nil, fmt.Errorf("error preparing query GetNodeCommand: %w", err)
+	}
+	if q.getNodeCommandByKeyStmt, err = db.PrepareContext(ctx, getNodeCommandByKey); err != nil {
+		return nil, fmt.Errorf("error preparing query GetNodeCommandByKey: %w", err)
+	}
+	if q.getPolicyStmt, err = db.PrepareContext(ctx, getPolicy); err != nil {
+		return nil, fmt.Errorf("error preparing query GetPolicy: %w", err)
+	}
+	if q.getPoolStmt, err = db.PrepareContext(ctx, getPool); err != nil {
+		return nil, fmt.Errorf("error preparing query GetPool: %w", err)
+	}
+	if q.getPrincipalStmt, err = db.PrepareContext(ctx, getPrincipal); err != nil {
+		return nil, fmt.Errorf("error preparing query GetPrincipal: %w", err)
+	}
+	if q.getReservationStmt, err = db.PrepareContext(ctx, getReservation); err != nil {
+		return nil, fmt.Errorf("error preparing query GetReservation: %w", err)
+	}
+	if q.getReservationByKeyStmt, err = db.PrepareContext(ctx, getReservationByKey); err != nil {
+		return nil, fmt.Errorf("error preparing query GetReservationByKey: %w", err)
+	}
+	if q.getSettingStmt, err = db.PrepareContext(ctx, getSetting); err != nil {
+		return nil, fmt.Errorf("error preparing query GetSetting: %w", err)
+	}
+	if q.getTenantStmt, err = db.PrepareContext(ctx, getTenant); err != nil {
+		return nil, fmt.Errorf("error preparing query GetTenant: %w", err)
+	}
+	if q.getTokenStmt, err = db.PrepareContext(ctx, getToken); err != nil {
+		return nil, fmt.Errorf("error preparing query GetToken: %w", err)
+	}
+	if q.insertAuditEventStmt, err = db.PrepareContext(ctx, insertAuditEvent); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertAuditEvent: %w", err)
+	}
+	if q.insertDeviceBookingsStmt, err = db.PrepareContext(ctx, insertDeviceBookings); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertDeviceBookings: %w", err)
+	}
+	if q.insertReservationStmt, err = db.PrepareContext(ctx, insertReservation); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertReservation: %w", err)
+	}
+	if q.insertReservationDevicesStmt, err = db.PrepareContext(ctx, insertReservationDevices); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertReservationDevices: %w", err)
+	}
+	if q.insertUsageWindowStmt, err = db.PrepareContext(ctx, insertUsageWindow); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertUsageWindow: %w", err)
+	}
+	if q.listAllAuditEventsStmt, err = db.PrepareContext(ctx, listAllAuditEvents); err != nil {
+		return nil, fmt.Errorf("error preparing query ListAllAuditEvents: %w", err)
+	}
+	if q.listAllGroupMembersStmt, err = db.PrepareContext(ctx, listAllGroupMembers); err != nil {
+		return nil, fmt.Errorf("error preparing query ListAllGroupMembers: %w", err)
+	}
+	if q.listAllNodesStmt, err = db.PrepareContext(ctx, listAllNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query ListAllNodes: %w", err)
+	}
+	if q.listAllPoliciesStmt, err = db.PrepareContext(ctx, listAllPolicies); err != nil {
+		return nil, fmt.Errorf("error preparing query ListAllPolicies: %w", err)
+	}
+	if q.listGroupMembersStmt, err = db.PrepareContext(ctx, listGroupMembers); err != nil {
+		return nil, fmt.Errorf("error preparing query ListGroupMembers: %w", err)
+	}
+	if q.listGroupsStmt, err = db.PrepareContext(ctx, listGroups); err != nil {
+		return nil, fmt.Errorf("error preparing query ListGroups: %w", err)
+	}
+	if q.listInventorySectionsStmt, err = db.PrepareContext(ctx, listInventorySections); err != nil {
+		return nil, fmt.Errorf("error preparing query ListInventorySections: %w", err)
+	}
+	if q.listJoinTokensStmt, err = db.PrepareContext(ctx, listJoinTokens); err != nil {
+		return nil, fmt.Errorf("error preparing query ListJoinTokens: %w", err)
+	}
+	if q.listNodeCommandsStmt, err = db.PrepareContext(ctx, listNodeCommands); err != nil {
+		return nil, fmt.Errorf("error preparing query ListNodeCommands: %w", err)
+	}
+	if q.listNodeDevicesStmt, err = db.PrepareContext(ctx, listNodeDevices); err != nil {
+		return nil, fmt.Errorf("error preparing query ListNodeDevices: %w", err)
+	}
+	if q.listPoliciesStmt, err = db.PrepareContext(ctx, listPolicies); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPolicies: %w", err)
+	}
+	if q.listPoolOffersStmt, err = db.PrepareContext(ctx, listPoolOffers); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPoolOffers: %w", err)
+	}
+	if q.listPoolsStmt, err = db.PrepareContext(ctx, listPools); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPools: %w", err)
+	}
+	if q.listPoolsOfferedToStmt, err = db.PrepareContext(ctx, listPoolsOfferedTo); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPoolsOfferedTo: %w", err)
+	}
+	if q.listPrincipalGroupsStmt, err = db.PrepareContext(ctx, listPrincipalGroups); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPrincipalGroups: %w", err)
+	}
+	if q.listPrincipalsStmt, err = db.PrepareContext(ctx, listPrincipals); err != nil {
+		return nil, fmt.Errorf("error preparing query ListPrincipals: %w", err)
+	}
+	if q.listReservationDevicesStmt, err = db.PrepareContext(ctx, listReservationDevices); err != nil {
+		return nil, fmt.Errorf("error preparing query ListReservationDevices: %w", err)
+	}
+	if q.listReservationsStmt, err = db.PrepareContext(ctx, listReservations); err != nil {
+		return nil, fmt.Errorf("error preparing query ListReservations: %w", err)
+	}
+	if q.listRevokedNodesStmt, err = db.PrepareContext(ctx, listRevokedNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query ListRevokedNodes: %w", err)
+	}
+	if q.listSettingsStmt, err = db.PrepareContext(ctx, listSettings); err != nil {
+		return nil, fmt.Errorf("error preparing query ListSettings: %w", err)
+	}
+	if q.listTenantAuditEventsStmt, err = db.PrepareContext(ctx, listTenantAuditEvents); err != nil {
+		return nil, fmt.Errorf("error preparing query ListTenantAuditEvents: %w", err)
+	}
+	if q.listTenantNodesStmt, err = db.PrepareContext(ctx, listTenantNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query ListTenantNodes: %w", err)
+	}
+	if q.listTenantsStmt, err = db.PrepareContext(ctx, listTenants); err != nil {
+		return nil, fmt.Errorf("error preparing query ListTenants: %w", err)
+	}
+	if q.listTokensStmt, err = db.PrepareContext(ctx, listTokens); err != nil {
+		return nil, fmt.Errorf("error preparing query ListTokens: %w", err)
+	}
+	if q.listUsageStmt, err = db.PrepareContext(ctx, listUsage); err != nil {
+		return nil, fmt.Errorf("error preparing query ListUsage: %w", err)
+	}
+	if q.markCommandSentStmt, err = db.PrepareContext(ctx, markCommandSent); err != nil {
+		return nil, fmt.Errorf("error preparing query MarkCommandSent: %w", err)
+	}
+	if q.markUnreachableStmt, err = db.PrepareContext(ctx, markUnreachable); err != nil {
+		return nil, fmt.Errorf("error preparing query MarkUnreachable: %w", err)
+	}
+	if q.nodeAllocationsStmt, err = db.PrepareContext(ctx, nodeAllocations); err != nil {
+		return nil, fmt.Errorf("error preparing query NodeAllocations: %w", err)
+	}
+	if q.nodeFreeDevicesStmt, err = db.PrepareContext(ctx, nodeFreeDevices); err != nil {
+		return nil, fmt.Errorf("error preparing query NodeFreeDevices: %w", err)
+	}
+	if q.nowStmt, err = db.PrepareContext(ctx, now); err != nil {
+		return nil, fmt.Errorf("error preparing query Now: %w", err)
+	}
+	if q.offerPoolStmt, err = db.PrepareContext(ctx, offerPool); err != nil {
+		return nil, fmt.Errorf("error preparing query OfferPool: %w", err)
+	}
+	if q.pendingNodeCommandsStmt, err = db.PrepareContext(ctx, pendingNodeCommands); err != nil {
+		return nil, fmt.Errorf("error preparing query PendingNodeCommands: %w", err)
+	}
+	if q.pickNodesStmt, err = db.PrepareContext(ctx, pickNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query PickNodes: %w", err)
+	}
+	if q.poolFreeStmt, err = db.PrepareContext(ctx, poolFree); err != nil {
+		return nil, fmt.Errorf("error preparing query PoolFree: %w", err)
+	}
+	if q.putInventorySectionStmt, err = db.PrepareContext(ctx, putInventorySection); err != nil {
+		return nil, fmt.Errorf("error preparing query PutInventorySection: %w", err)
+	}
+	if q.putPolicyStmt, err = db.PrepareContext(ctx, putPolicy); err != nil {
+		return nil, fmt.Errorf("error preparing query PutPolicy: %w", err)
+	}
+	if q.putSettingStmt, err = db.PrepareContext(ctx, putSetting); err != nil {
+		return nil, fmt.Errorf("error preparing query PutSetting: %w", err)
+	}
+	if q.recordMigrationStmt, err = db.PrepareContext(ctx, recordMigration); err != nil {
+		return nil, fmt.Errorf("error preparing query RecordMigration: %w", err)
+	}
+	if q.releaseReservationStmt, err = db.PrepareContext(ctx, releaseReservation); err != nil {
+		return nil, fmt.Errorf("error preparing query ReleaseReservation: %w", err)
+	}
+	if q.removeGroupMemberStmt, err = db.PrepareContext(ctx, removeGroupMember); err != nil {
+		return nil, fmt.Errorf("error preparing query RemoveGroupMember: %w", err)
+	}
+	if q.renewNodeCertStmt, err = db.PrepareContext(ctx, renewNodeCert); err != nil {
+		return nil, fmt.Errorf("error preparing query RenewNodeCert: %w", err)
+	}
+	if q.reservationsToMeterStmt, err = db.PrepareContext(ctx, reservationsToMeter); err != nil {
+		return nil, fmt.Errorf("error preparing query ReservationsToMeter: %w", err)
+	}
+	if q.revokeJoinTokenStmt, err = db.PrepareContext(ctx, revokeJoinToken); err != nil {
+		return nil, fmt.Errorf("error preparing query RevokeJoinToken: %w", err)
+	}
+	if q.revokeNodeStmt, err = db.PrepareContext(ctx, revokeNode); err != nil {
+		return nil, fmt.Errorf("error preparing query RevokeNode: %w", err)
+	}
+	if q.revokeTokenStmt, err = db.PrepareContext(ctx, revokeToken); err != nil {
+		return nil, fmt.Errorf("error preparing query RevokeToken: %w", err)
+	}
+	if q.schemaVersionStmt, err = db.PrepareContext(ctx, schemaVersion); err != nil {
+		return nil, fmt.Errorf("error preparing query SchemaVersion: %w", err)
+	}
+	if q.setNodeConditionsStmt, err = db.PrepareContext(ctx, setNodeConditions); err != nil {
+		return nil, fmt.Errorf("error preparing query SetNodeConditions: %w", err)
+	}
+	if q.setNodeCordonedStmt, err = db.PrepareContext(ctx, setNodeCordoned); err != nil {
+		return nil, fmt.Errorf("error preparing query SetNodeCordoned: %w", err)
+	}
+	if q.setNodeInventoryLabelsStmt, err = db.PrepareContext(ctx, setNodeInventoryLabels); err != nil {
+		return nil, fmt.Errorf("error preparing query SetNodeInventoryLabels: %w", err)
+	}
+	if q.setNodeLabelsStmt, err = db.PrepareContext(ctx, setNodeLabels); err != nil {
+		return nil, fmt.Errorf("error preparing query SetNodeLabels: %w", err)
+	}
+	if q.spendJoinTokenStmt, err = db.PrepareContext(ctx, spendJoinToken); err != nil {
+		return nil, fmt.Errorf("error preparing query SpendJoinToken: %w", err)
+	}
+	if q.touchNodesStmt, err = db.PrepareContext(ctx, touchNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query TouchNodes: %w", err)
+	}
+	if q.touchTokenStmt, err = db.PrepareContext(ctx, touchToken); err != nil {
+		return nil, fmt.Errorf("error preparing query TouchToken: %w", err)
+	}
+	if q.unofferPoolStmt, err = db.PrepareContext(ctx, unofferPool); err != nil {
+		return nil, fmt.Errorf("error preparing query UnofferPool: %w", err)
+	}
+	if q.updateGroupStmt, err = db.PrepareContext(ctx, updateGroup); err != nil {
+		return nil, fmt.Errorf("error preparing query UpdateGroup: %w", err)
+	}
+	if q.updatePoolStmt, err = db.PrepareContext(ctx, updatePool); err != nil {
+		return nil, fmt.Errorf("error preparing query UpdatePool: %w", err)
+	}
+	if q.updatePrincipalStmt, err = db.PrepareContext(ctx, updatePrincipal); err != nil {
+		return nil, fmt.Errorf("error preparing query UpdatePrincipal: %w", err)
+	}
+	if q.updateTenantStmt, err = db.PrepareContext(ctx, updateTenant); err != nil {
+		return nil, fmt.Errorf("error preparing query UpdateTenant: %w", err)
+	}
+	if q.upsertDeviceStmt, err = db.PrepareContext(ctx, upsertDevice); err != nil {
+		return nil, fmt.Errorf("error preparing query UpsertDevice: %w", err)
+	}
+	if q.wakeNodesStmt, err = db.PrepareContext(ctx, wakeNodes); err != nil {
+		return nil, fmt.Errorf("error preparing query WakeNodes: %w", err)
+	}
+	return &q, nil
+}
+
+func (q *Queries) Close() error {
+	var err error
+	if q.addGroupMemberStmt != nil {
+		if cerr := q.addGroupMemberStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing addGroupMemberStmt: %w", cerr)
+		}
+	}
+	if q.adoptNodeStmt != nil {
+		if cerr := q.adoptNodeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing adoptNodeStmt: %w", cerr)
+		}
+	}
+	if q.advanceMeteredUntilStmt != nil {
+		if cerr := q.advanceMeteredUntilStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing advanceMeteredUntilStmt: %w", cerr)
+		}
+	}
+	if q.authenticateTokenStmt != nil {
+		if cerr := q.authenticateTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing authenticateTokenStmt: %w", cerr)
+		}
+	}
+	if q.authzEpochStmt != nil {
+		if cerr := q.authzEpochStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing authzEpochStmt: %w", cerr)
+		}
+	}
+	if q.beginSessionStmt != nil {
+		if cerr := q.beginSessionStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing beginSessionStmt: %w", cerr)
+		}
+	}
+	if q.bindReservationStmt != nil {
+		if cerr := q.bindReservationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing bindReservationStmt: %w", cerr)
+		}
+	}
+	if q.createCAStmt != nil {
+		if cerr := q.createCAStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createCAStmt: %w", cerr)
+		}
+	}
+	if q.createGroupStmt != nil {
+		if cerr := q.createGroupStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createGroupStmt: %w", cerr)
+		}
+	}
+	if q.createJoinTokenStmt != nil {
+		if cerr := q.createJoinTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createJoinTokenStmt: %w", cerr)
+		}
+	}
+	if q.createNodeStmt != nil {
+		if cerr := q.createNodeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createNodeStmt: %w", cerr)
+		}
+	}
+	if q.createNodeCommandStmt != nil {
+		if cerr := q.createNodeCommandStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createNodeCommandStmt: %w", cerr)
+		}
+	}
+	if q.createPoolStmt != nil {
+		if cerr := q.createPoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createPoolStmt: %w", cerr)
+		}
+	}
+	if q.createPrincipalStmt != nil {
+		if cerr := q.createPrincipalStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createPrincipalStmt: %w", cerr)
+		}
+	}
+	if q.createTenantStmt != nil {
+		if cerr := q.createTenantStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createTenantStmt: %w", cerr)
+		}
+	}
+	if q.createTokenStmt != nil {
+		if cerr := q.createTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createTokenStmt: %w", cerr)
+		}
+	}
+	if q.deleteGroupStmt != nil {
+		if cerr := q.deleteGroupStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteGroupStmt: %w", cerr)
+		}
+	}
+	if q.deleteMissingDevicesStmt != nil {
+		if cerr := q.deleteMissingDevicesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteMissingDevicesStmt: %w", cerr)
+		}
+	}
+	if q.deleteNodeStmt != nil {
+		if cerr := q.deleteNodeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteNodeStmt: %w", cerr)
+		}
+	}
+	if q.deletePolicyStmt != nil {
+		if cerr := q.deletePolicyStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deletePolicyStmt: %w", cerr)
+		}
+	}
+	if q.deletePoolStmt != nil {
+		if cerr := q.deletePoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deletePoolStmt: %w", cerr)
+		}
+	}
+	if q.deletePrincipalStmt != nil {
+		if cerr := q.deletePrincipalStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deletePrincipalStmt: %w", cerr)
+		}
+	}
+	if q.deleteSettingStmt != nil {
+		if cerr := q.deleteSettingStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteSettingStmt: %w", cerr)
+		}
+	}
+	if q.deleteTenantStmt != nil {
+		if cerr := q.deleteTenantStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteTenantStmt: %w", cerr)
+		}
+	}
+	if q.expireCommandsStmt != nil {
+		if cerr := q.expireCommandsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing expireCommandsStmt: %w", cerr)
+		}
+	}
+	if q.expireReservationsStmt != nil {
+		if cerr := q.expireReservationsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing expireReservationsStmt: %w", cerr)
+		}
+	}
+	if q.extendReservationStmt != nil {
+		if cerr := q.extendReservationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing extendReservationStmt: %w", cerr)
+		}
+	}
+	if q.failInFlightCommandsStmt != nil {
+		if cerr := q.failInFlightCommandsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing failInFlightCommandsStmt: %w", cerr)
+		}
+	}
+	if q.finishCommandStmt != nil {
+		if cerr := q.finishCommandStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing finishCommandStmt: %w", cerr)
+		}
+	}
+	if q.getCAStmt != nil {
+		if cerr := q.getCAStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getCAStmt: %w", cerr)
+		}
+	}
+	if q.getGroupStmt != nil {
+		if cerr := q.getGroupStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getGroupStmt: %w", cerr)
+		}
+	}
+	if q.getJoinTokenStmt != nil {
+		if cerr := q.getJoinTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getJoinTokenStmt: %w", cerr)
+		}
+	}
+	if q.getNodeStmt != nil {
+		if cerr := q.getNodeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getNodeStmt: %w", cerr)
+		}
+	}
+	if q.getNodeCommandStmt != nil {
+		if cerr := q.getNodeCommandStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getNodeCommandStmt: %w", cerr)
+		}
+	}
+	if q.getNodeCommandByKeyStmt != nil {
+		if cerr := q.getNodeCommandByKeyStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getNodeCommandByKeyStmt: %w", cerr)
+		}
+	}
+	if q.getPolicyStmt != nil {
+		if cerr := q.getPolicyStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getPolicyStmt: %w", cerr)
+		}
+	}
+	if q.getPoolStmt != nil {
+		if cerr := q.getPoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getPoolStmt: %w", cerr)
+		}
+	}
+	if q.getPrincipalStmt != nil {
+		if cerr := q.getPrincipalStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getPrincipalStmt: %w", cerr)
+		}
+	}
+	if q.getReservationStmt != nil {
+		if cerr := q.getReservationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getReservationStmt: %w", cerr)
+		}
+	}
+	if q.getReservationByKeyStmt != nil {
+		if cerr := q.getReservationByKeyStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getReservationByKeyStmt: %w", cerr)
+		}
+	}
+	if q.getSettingStmt != nil {
+		if cerr := q.getSettingStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getSettingStmt: %w", cerr)
+		}
+	}
+	if q.getTenantStmt != nil {
+		if cerr := q.getTenantStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getTenantStmt: %w", cerr)
+		}
+	}
+	if q.getTokenStmt != nil {
+		if cerr := q.getTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getTokenStmt: %w", cerr)
+		}
+	}
+	if q.insertAuditEventStmt != nil {
+		if cerr := q.insertAuditEventStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertAuditEventStmt: %w", cerr)
+		}
+	}
+	if q.insertDeviceBookingsStmt != nil {
+		if cerr := q.insertDeviceBookingsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertDeviceBookingsStmt: %w", cerr)
+		}
+	}
+	if q.insertReservationStmt != nil {
+		if cerr := q.insertReservationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertReservationStmt: %w", cerr)
+		}
+	}
+	if q.insertReservationDevicesStmt != nil {
+		if cerr := q.insertReservationDevicesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertReservationDevicesStmt: %w", cerr)
+		}
+	}
+	if q.insertUsageWindowStmt != nil {
+		if cerr := q.insertUsageWindowStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertUsageWindowStmt: %w", cerr)
+		}
+	}
+	if q.listAllAuditEventsStmt != nil {
+		if cerr := q.listAllAuditEventsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listAllAuditEventsStmt: %w", cerr)
+		}
+	}
+	if q.listAllGroupMembersStmt != nil {
+		if cerr := q.listAllGroupMembersStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listAllGroupMembersStmt: %w", cerr)
+		}
+	}
+	if q.listAllNodesStmt != nil {
+		if cerr := q.listAllNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listAllNodesStmt: %w", cerr)
+		}
+	}
+	if q.listAllPoliciesStmt != nil {
+		if cerr := q.listAllPoliciesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listAllPoliciesStmt: %w", cerr)
+		}
+	}
+	if q.listGroupMembersStmt != nil {
+		if cerr := q.listGroupMembersStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listGroupMembersStmt: %w", cerr)
+		}
+	}
+	if q.listGroupsStmt != nil {
+		if cerr := q.listGroupsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listGroupsStmt: %w", cerr)
+		}
+	}
+	if q.listInventorySectionsStmt != nil {
+		if cerr := q.listInventorySectionsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listInventorySectionsStmt: %w", cerr)
+		}
+	}
+	if q.listJoinTokensStmt != nil {
+		if cerr := q.listJoinTokensStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listJoinTokensStmt: %w", cerr)
+		}
+	}
+	if q.listNodeCommandsStmt != nil {
+		if cerr := q.listNodeCommandsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listNodeCommandsStmt: %w", cerr)
+		}
+	}
+	if q.listNodeDevicesStmt != nil {
+		if cerr := q.listNodeDevicesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listNodeDevicesStmt: %w", cerr)
+		}
+	}
+	if q.listPoliciesStmt != nil {
+		if cerr := q.listPoliciesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPoliciesStmt: %w", cerr)
+		}
+	}
+	if q.listPoolOffersStmt != nil {
+		if cerr := q.listPoolOffersStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPoolOffersStmt: %w", cerr)
+		}
+	}
+	if q.listPoolsStmt != nil {
+		if cerr := q.listPoolsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPoolsStmt: %w", cerr)
+		}
+	}
+	if q.listPoolsOfferedToStmt != nil {
+		if cerr := q.listPoolsOfferedToStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPoolsOfferedToStmt: %w", cerr)
+		}
+	}
+	if q.listPrincipalGroupsStmt != nil {
+		if cerr := q.listPrincipalGroupsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPrincipalGroupsStmt: %w", cerr)
+		}
+	}
+	if q.listPrincipalsStmt != nil {
+		if cerr := q.listPrincipalsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listPrincipalsStmt: %w", cerr)
+		}
+	}
+	if q.listReservationDevicesStmt != nil {
+		if cerr := q.listReservationDevicesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listReservationDevicesStmt: %w", cerr)
+		}
+	}
+	if q.listReservationsStmt != nil {
+		if cerr := q.listReservationsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listReservationsStmt: %w", cerr)
+		}
+	}
+	if q.listRevokedNodesStmt != nil {
+		if cerr := q.listRevokedNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listRevokedNodesStmt: %w", cerr)
+		}
+	}
+	if q.listSettingsStmt != nil {
+		if cerr := q.listSettingsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listSettingsStmt: %w", cerr)
+		}
+	}
+	if q.listTenantAuditEventsStmt != nil {
+		if cerr := q.listTenantAuditEventsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listTenantAuditEventsStmt: %w", cerr)
+		}
+	}
+	if q.listTenantNodesStmt != nil {
+		if cerr := q.listTenantNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listTenantNodesStmt: %w", cerr)
+		}
+	}
+	if q.listTenantsStmt != nil {
+		if cerr := q.listTenantsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listTenantsStmt: %w", cerr)
+		}
+	}
+	if q.listTokensStmt != nil {
+		if cerr := q.listTokensStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listTokensStmt: %w", cerr)
+		}
+	}
+	if q.listUsageStmt != nil {
+		if cerr := q.listUsageStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listUsageStmt: %w", cerr)
+		}
+	}
+	if q.markCommandSentStmt != nil {
+		if cerr := q.markCommandSentStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing markCommandSentStmt: %w", cerr)
+		}
+	}
+	if q.markUnreachableStmt != nil {
+		if cerr := q.markUnreachableStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing markUnreachableStmt: %w", cerr)
+		}
+	}
+	if q.nodeAllocationsStmt != nil {
+		if cerr := q.nodeAllocationsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing nodeAllocationsStmt: %w", cerr)
+		}
+	}
+	if q.nodeFreeDevicesStmt != nil {
+		if cerr := q.nodeFreeDevicesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing nodeFreeDevicesStmt: %w", cerr)
+		}
+	}
+	if q.nowStmt != nil {
+		if cerr := q.nowStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing nowStmt: %w", cerr)
+		}
+	}
+	if q.offerPoolStmt != nil {
+		if cerr := q.offerPoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing offerPoolStmt: %w", cerr)
+		}
+	}
+	if q.pendingNodeCommandsStmt != nil {
+		if cerr := q.pendingNodeCommandsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing pendingNodeCommandsStmt: %w", cerr)
+		}
+	}
+	if q.pickNodesStmt != nil {
+		if cerr := q.pickNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing pickNodesStmt: %w", cerr)
+		}
+	}
+	if q.poolFreeStmt != nil {
+		if cerr := q.poolFreeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing poolFreeStmt: %w", cerr)
+		}
+	}
+	if q.putInventorySectionStmt != nil {
+		if cerr := q.putInventorySectionStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing putInventorySectionStmt: %w", cerr)
+		}
+	}
+	if q.putPolicyStmt != nil {
+		if cerr := q.putPolicyStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing putPolicyStmt: %w", cerr)
+		}
+	}
+	if q.putSettingStmt != nil {
+		if cerr := q.putSettingStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing putSettingStmt: %w", cerr)
+		}
+	}
+	if q.recordMigrationStmt != nil {
+		if cerr := q.recordMigrationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing recordMigrationStmt: %w", cerr)
+		}
+	}
+	if q.releaseReservationStmt != nil {
+		if cerr := q.releaseReservationStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing releaseReservationStmt: %w", cerr)
+		}
+	}
+	if q.removeGroupMemberStmt != nil {
+		if cerr := q.removeGroupMemberStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing removeGroupMemberStmt: %w", cerr)
+		}
+	}
+	if q.renewNodeCertStmt != nil {
+		if cerr := q.renewNodeCertStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing renewNodeCertStmt: %w", cerr)
+		}
+	}
+	if q.reservationsToMeterStmt != nil {
+		if cerr := q.reservationsToMeterStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing reservationsToMeterStmt: %w", cerr)
+		}
+	}
+	if q.revokeJoinTokenStmt != nil {
+		if cerr := q.revokeJoinTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing revokeJoinTokenStmt: %w", cerr)
+		}
+	}
+	if q.revokeNodeStmt != nil {
+		if cerr := q.revokeNodeStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing revokeNodeStmt: %w", cerr)
+		}
+	}
+	if q.revokeTokenStmt != nil {
+		if cerr := q.revokeTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing revokeTokenStmt: %w", cerr)
+		}
+	}
+	if q.schemaVersionStmt != nil {
+		if cerr := q.schemaVersionStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing schemaVersionStmt: %w", cerr)
+		}
+	}
+	if q.setNodeConditionsStmt != nil {
+		if cerr := q.setNodeConditionsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing setNodeConditionsStmt: %w", cerr)
+		}
+	}
+	if q.setNodeCordonedStmt != nil {
+		if cerr := q.setNodeCordonedStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing setNodeCordonedStmt: %w", cerr)
+		}
+	}
+	if q.setNodeInventoryLabelsStmt != nil {
+		if cerr := q.setNodeInventoryLabelsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing setNodeInventoryLabelsStmt: %w", cerr)
+		}
+	}
+	if q.setNodeLabelsStmt != nil {
+		if cerr := q.setNodeLabelsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing setNodeLabelsStmt: %w", cerr)
+		}
+	}
+	if q.spendJoinTokenStmt != nil {
+		if cerr := q.spendJoinTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing spendJoinTokenStmt: %w", cerr)
+		}
+	}
+	if q.touchNodesStmt != nil {
+		if cerr := q.touchNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing touchNodesStmt: %w", cerr)
+		}
+	}
+	if q.touchTokenStmt != nil {
+		if cerr := q.touchTokenStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing touchTokenStmt: %w", cerr)
+		}
+	}
+	if q.unofferPoolStmt != nil {
+		if cerr := q.unofferPoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing unofferPoolStmt: %w", cerr)
+		}
+	}
+	if q.updateGroupStmt != nil {
+		if cerr := q.updateGroupStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing updateGroupStmt: %w", cerr)
+		}
+	}
+	if q.updatePoolStmt != nil {
+		if cerr := q.updatePoolStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing updatePoolStmt: %w", cerr)
+		}
+	}
+	if q.updatePrincipalStmt != nil {
+		if cerr := q.updatePrincipalStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing updatePrincipalStmt: %w", cerr)
+		}
+	}
+	if q.updateTenantStmt != nil {
+		if cerr := q.updateTenantStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing updateTenantStmt: %w", cerr)
+		}
+	}
+	if q.upsertDeviceStmt != nil {
+		if cerr := q.upsertDeviceStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing upsertDeviceStmt: %w", cerr)
+		}
+	}
+	if q.wakeNodesStmt != nil {
+		if cerr := q.wakeNodesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing wakeNodesStmt: %w", cerr)
+		}
+	}
+	return err
+}
+
+func (q *Queries) exec(ctx context.Context, stmt *sql.Stmt, query string, args ...interface{}) (sql.Result, error) {
+	switch {
+	case stmt != nil && q.tx != nil:
+		return q.tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+	case stmt != nil:
+		return stmt.ExecContext(ctx, args...)
+	default:
+		return q.db.ExecContext(ctx, query, args...)
+	}
+}
+
+func (q *Queries) query(ctx context.Context, stmt *sql.Stmt, query string, args ...interface{}) (*sql.Rows, error) {
+	switch {
+	case stmt != nil && q.tx != nil:
+		return q.tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
+	case stmt != nil:
+		return stmt.QueryContext(ctx, args...)
+	default:
+		return q.db.QueryContext(ctx, query, args...)
+	}
+}
+
+func (q *Queries) queryRow(ctx context.Context, stmt *sql.Stmt, query string, args ...interface{}) *sql.Row {
+	switch {
+	case stmt != nil && q.tx != nil:
+		return q.tx.StmtContext(ctx, stmt).QueryRowContext(ctx, args...)
+	case stmt != nil:
+		return stmt.QueryRowContext(ctx, args...)
+	default:
+		return q.db.QueryRowContext(ctx, query, args...)
+	}
+}
+
 type Queries struct {
-	db DBTX
+	db                           DBTX
+	tx                           *sql.Tx
+	addGroupMemberStmt           *sql.Stmt
+	adoptNodeStmt                *sql.Stmt
+	advanceMeteredUntilStmt      *sql.Stmt
+	authenticateTokenStmt        *sql.Stmt
+	authzEpochStmt               *sql.Stmt
+	beginSessionStmt             *sql.Stmt
+	bindReservationStmt          *sql.Stmt
+	createCAStmt                 *sql.Stmt
+	createGroupStmt              *sql.Stmt
+	createJoinTokenStmt          *sql.Stmt
+	createNodeStmt               *sql.Stmt
+	createNodeCommandStmt        *sql.Stmt
+	createPoolStmt               *sql.Stmt
+	createPrincipalStmt          *sql.Stmt
+	createTenantStmt             *sql.Stmt
+	createTokenStmt              *sql.Stmt
+	deleteGroupStmt              *sql.Stmt
+	deleteMissingDevicesStmt     *sql.Stmt
+	deleteNodeStmt               *sql.Stmt
+	deletePolicyStmt             *sql.Stmt
+	deletePoolStmt               *sql.Stmt
+	deletePrincipalStmt          *sql.Stmt
+	deleteSettingStmt            *sql.Stmt
+	deleteTenantStmt             *sql.Stmt
+	expireCommandsStmt           *sql.Stmt
+	expireReservationsStmt       *sql.Stmt
+	extendReservationStmt        *sql.Stmt
+	failInFlightCommandsStmt     *sql.Stmt
+	finishCommandStmt            *sql.Stmt
+	getCAStmt                    *sql.Stmt
+	getGroupStmt                 *sql.Stmt
+	getJoinTokenStmt             *sql.Stmt
+	getNodeStmt                  *sql.Stmt
+	getNodeCommandStmt           *sql.Stmt
+	getNodeCommandByKeyStmt      *sql.Stmt
+	getPolicyStmt                *sql.Stmt
+	getPoolStmt                  *sql.Stmt
+	getPrincipalStmt             *sql.Stmt
+	getReservationStmt           *sql.Stmt
+	getReservationByKeyStmt      *sql.Stmt
+	getSettingStmt               *sql.Stmt
+	getTenantStmt                *sql.Stmt
+	getTokenStmt                 *sql.Stmt
+	insertAuditEventStmt         *sql.Stmt
+	insertDeviceBookingsStmt     *sql.Stmt
+	insertReservationStmt        *sql.Stmt
+	insertReservationDevicesStmt *sql.Stmt
+	insertUsageWindowStmt        *sql.Stmt
+	listAllAuditEventsStmt       *sql.Stmt
+	listAllGroupMembersStmt      *sql.Stmt
+	listAllNodesStmt             *sql.Stmt
+	listAllPoliciesStmt          *sql.Stmt
+	listGroupMembersStmt         *sql.Stmt
+	listGroupsStmt               *sql.Stmt
+	listInventorySectionsStmt    *sql.Stmt
+	listJoinTokensStmt           *sql.Stmt
+	listNodeCommandsStmt         *sql.Stmt
+	listNodeDevicesStmt          *sql.Stmt
+	listPoliciesStmt             *sql.Stmt
+	listPoolOffersStmt           *sql.Stmt
+	listPoolsStmt                *sql.Stmt
+	listPoolsOfferedToStmt       *sql.Stmt
+	listPrincipalGroupsStmt      *sql.Stmt
+	listPrincipalsStmt           *sql.Stmt
+	listReservationDevicesStmt   *sql.Stmt
+	listReservationsStmt         *sql.Stmt
+	listRevokedNodesStmt         *sql.Stmt
+	listSettingsStmt             *sql.Stmt
+	listTenantAuditEventsStmt    *sql.Stmt
+	listTenantNodesStmt          *sql.Stmt
+	listTenantsStmt              *sql.Stmt
+	listTokensStmt               *sql.Stmt
+	listUsageStmt                *sql.Stmt
+	markCommandSentStmt          *sql.Stmt
+	markUnreachableStmt          *sql.Stmt
+	nodeAllocationsStmt          *sql.Stmt
+	nodeFreeDevicesStmt          *sql.Stmt
+	nowStmt                      *sql.Stmt
+	offerPoolStmt                *sql.Stmt
+	pendingNodeCommandsStmt      *sql.Stmt
+	pickNodesStmt                *sql.Stmt
+	poolFreeStmt                 *sql.Stmt
+	putInventorySectionStmt      *sql.Stmt
+	putPolicyStmt                *sql.Stmt
+	putSettingStmt               *sql.Stmt
+	recordMigrationStmt          *sql.Stmt
+	releaseReservationStmt       *sql.Stmt
+	removeGroupMemberStmt        *sql.Stmt
+	renewNodeCertStmt            *sql.Stmt
+	reservationsToMeterStmt      *sql.Stmt
+	revokeJoinTokenStmt          *sql.Stmt
+	revokeNodeStmt               *sql.Stmt
+	revokeTokenStmt              *sql.Stmt
+	schemaVersionStmt            *sql.Stmt
+	setNodeConditionsStmt        *sql.Stmt
+	setNodeCordonedStmt          *sql.Stmt
+	setNodeInventoryLabelsStmt   *sql.Stmt
+	setNodeLabelsStmt            *sql.Stmt
+	spendJoinTokenStmt           *sql.Stmt
+	touchNodesStmt               *sql.Stmt
+	touchTokenStmt               *sql.Stmt
+	unofferPoolStmt              *sql.Stmt
+	updateGroupStmt              *sql.Stmt
+	updatePoolStmt               *sql.Stmt
+	updatePrincipalStmt          *sql.Stmt
+	updateTenantStmt             *sql.Stmt
+	upsertDeviceStmt             *sql.Stmt
+	wakeNodesStmt                *sql.Stmt
 }
 
 func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 	return &Queries{
-		db: tx,
+		db:                           tx,
+		tx:                           tx,
+		addGroupMemberStmt:           q.addGroupMemberStmt,
+		adoptNodeStmt:                q.adoptNodeStmt,
+		advanceMeteredUntilStmt:      q.advanceMeteredUntilStmt,
+		authenticateTokenStmt:        q.authenticateTokenStmt,
+		authzEpochStmt:               q.authzEpochStmt,
+		beginSessionStmt:             q.beginSessionStmt,
+		bindReservationStmt:          q.bindReservationStmt,
+		createCAStmt:                 q.createCAStmt,
+		createGroupStmt:              q.createGroupStmt,
+		createJoinTokenStmt:          q.createJoinTokenStmt,
+		createNodeStmt:               q.createNodeStmt,
+		createNodeCommandStmt:        q.createNodeCommandStmt,
+		createPoolStmt:               q.createPoolStmt,
+		createPrincipalStmt:          q.createPrincipalStmt,
+		createTenantStmt:             q.createTenantStmt,
+		createTokenStmt:              q.createTokenStmt,
+		deleteGroupStmt:              q.deleteGroupStmt,
+		deleteMissingDevicesStmt:     q.deleteMissingDevicesStmt,
+		deleteNodeStmt:               q.deleteNodeStmt,
+		deletePolicyStmt:             q.deletePolicyStmt,
+		deletePoolStmt:               q.deletePoolStmt,
+		deletePrincipalStmt:          q.deletePrincipalStmt,
+		deleteSettingStmt:            q.deleteSettingStmt,
+		deleteTenantStmt:             q.deleteTenantStmt,
+		expireCommandsStmt:           q.expireCommandsStmt,
+		expireReservationsStmt:       q.expireReservationsStmt,
+		extendReservationStmt:        q.extendReservationStmt,
+		failInFlightCommandsStmt:     q.failInFlightCommandsStmt,
+		finishCommandStmt:            q.finishCommandStmt,
+		getCAStmt:                    q.getCAStmt,
+		getGroupStmt:                 q.getGroupStmt,
+		getJoinTokenStmt:             q.getJoinTokenStmt,
+		getNodeStmt:                  q.getNodeStmt,
+		getNodeCommandStmt:           q.getNodeCommandStmt,
+		getNodeCommandByKeyStmt:      q.getNodeCommandByKeyStmt,
+		getPolicyStmt:                q.getPolicyStmt,
+		getPoolStmt:                  q.getPoolStmt,
+		getPrincipalStmt:             q.getPrincipalStmt,
+		getReservationStmt:           q.getReservationStmt,
+		getReservationByKeyStmt:      q.getReservationByKeyStmt,
+		getSettingStmt:               q.getSettingStmt,
+		getTenantStmt:                q.getTenantStmt,
+		getTokenStmt:                 q.getTokenStmt,
+		insertAuditEventStmt:         q.insertAuditEventStmt,
+		insertDeviceBookingsStmt:     q.insertDeviceBookingsStmt,
+		insertReservationStmt:        q.insertReservationStmt,
+		insertReservationDevicesStmt: q.insertReservationDevicesStmt,
+		insertUsageWindowStmt:        q.insertUsageWindowStmt,
+		listAllAuditEventsStmt:       q.listAllAuditEventsStmt,
+		listAllGroupMembersStmt:      q.listAllGroupMembersStmt,
+		listAllNodesStmt:             q.listAllNodesStmt,
+		listAllPoliciesStmt:          q.listAllPoliciesStmt,
+		listGroupMembersStmt:         q.listGroupMembersStmt,
+		listGroupsStmt:               q.listGroupsStmt,
+		listInventorySectionsStmt:    q.listInventorySectionsStmt,
+		listJoinTokensStmt:           q.listJoinTokensStmt,
+		listNodeCommandsStmt:         q.listNodeCommandsStmt,
+		listNodeDevicesStmt:          q.listNodeDevicesStmt,
+		listPoliciesStmt:             q.listPoliciesStmt,
+		listPoolOffersStmt:           q.listPoolOffersStmt,
+		listPoolsStmt:                q.listPoolsStmt,
+		listPoolsOfferedToStmt:       q.listPoolsOfferedToStmt,
+		listPrincipalGroupsStmt:      q.listPrincipalGroupsStmt,
+		listPrincipalsStmt:           q.listPrincipalsStmt,
+		listReservationDevicesStmt:   q.listReservationDevicesStmt,
+		listReservationsStmt:         q.listReservationsStmt,
+		listRevokedNodesStmt:         q.listRevokedNodesStmt,
+		listSettingsStmt:             q.listSettingsStmt,
+		listTenantAuditEventsStmt:    q.listTenantAuditEventsStmt,
+		listTenantNodesStmt:          q.listTenantNodesStmt,
+		listTenantsStmt:              q.listTenantsStmt,
+		listTokensStmt:               q.listTokensStmt,
+		listUsageStmt:                q.listUsageStmt,
+		markCommandSentStmt:          q.markCommandSentStmt,
+		markUnreachableStmt:          q.markUnreachableStmt,
+		nodeAllocationsStmt:          q.nodeAllocationsStmt,
+		nodeFreeDevicesStmt:          q.nodeFreeDevicesStmt,
+		nowStmt:                      q.nowStmt,
+		offerPoolStmt:                q.offerPoolStmt,
+		pendingNodeCommandsStmt:      q.pendingNodeCommandsStmt,
+		pickNodesStmt:                q.pickNodesStmt,
+		poolFreeStmt:                 q.poolFreeStmt,
+		putInventorySectionStmt:      q.putInventorySectionStmt,
+		putPolicyStmt:                q.putPolicyStmt,
+		putSettingStmt:               q.putSettingStmt,
+		recordMigrationStmt:          q.recordMigrationStmt,
+		releaseReservationStmt:       q.releaseReservationStmt,
+		removeGroupMemberStmt:        q.removeGroupMemberStmt,
+		renewNodeCertStmt:            q.renewNodeCertStmt,
+		reservationsToMeterStmt:      q.reservationsToMeterStmt,
+		revokeJoinTokenStmt:          q.revokeJoinTokenStmt,
+		revokeNodeStmt:               q.revokeNodeStmt,
+		revokeTokenStmt:              q.revokeTokenStmt,
+		schemaVersionStmt:            q.schemaVersionStmt,
+		setNodeConditionsStmt:        q.setNodeConditionsStmt,
+		setNodeCordonedStmt:          q.setNodeCordonedStmt,
+		setNodeInventoryLabelsStmt:   q.setNodeInventoryLabelsStmt,
+		setNodeLabelsStmt:            q.setNodeLabelsStmt,
+		spendJoinTokenStmt:           q.spendJoinTokenStmt,
+		touchNodesStmt:               q.touchNodesStmt,
+		touchTokenStmt:               q.touchTokenStmt,
+		unofferPoolStmt:              q.unofferPoolStmt,
+		updateGroupStmt:              q.updateGroupStmt,
+		updatePoolStmt:               q.updatePoolStmt,
+		updatePrincipalStmt:          q.updatePrincipalStmt,
+		updateTenantStmt:             q.updateTenantStmt,
+		upsertDeviceStmt:             q.upsertDeviceStmt,
+		wakeNodesStmt:                q.wakeNodesStmt,
 	}
 }

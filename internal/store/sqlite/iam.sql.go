@@ -25,7 +25,7 @@ type AddGroupMemberParams struct {
 // A missing group or member fails its foreign key; an existing membership
 // is left alone.
 func (q *Queries) AddGroupMember(ctx context.Context, arg AddGroupMemberParams) error {
-	_, err := q.db.ExecContext(ctx, addGroupMember, arg.Tenant, arg.GroupName, arg.Member)
+	_, err := q.exec(ctx, q.addGroupMemberStmt, addGroupMember, arg.Tenant, arg.GroupName, arg.Member)
 	return err
 }
 
@@ -34,7 +34,7 @@ SELECT epoch FROM authz_epoch
 `
 
 func (q *Queries) AuthzEpoch(ctx context.Context) (int64, error) {
-	row := q.db.QueryRowContext(ctx, authzEpoch)
+	row := q.queryRow(ctx, q.authzEpochStmt, authzEpoch)
 	var epoch int64
 	err := row.Scan(&epoch)
 	return epoch, err
@@ -54,7 +54,7 @@ type CreateGroupParams struct {
 }
 
 func (q *Queries) CreateGroup(ctx context.Context, arg CreateGroupParams) (Group, error) {
-	row := q.db.QueryRowContext(ctx, createGroup, arg.Tenant, arg.Name, arg.Description)
+	row := q.queryRow(ctx, q.createGroupStmt, createGroup, arg.Tenant, arg.Name, arg.Description)
 	var i Group
 	err := row.Scan(
 		&i.Tenant,
@@ -83,7 +83,7 @@ type CreatePrincipalParams struct {
 }
 
 func (q *Queries) CreatePrincipal(ctx context.Context, arg CreatePrincipalParams) (Principal, error) {
-	row := q.db.QueryRowContext(ctx, createPrincipal,
+	row := q.queryRow(ctx, q.createPrincipalStmt, createPrincipal,
 		arg.Tenant,
 		arg.Name,
 		arg.Kind,
@@ -121,7 +121,7 @@ type CreateTenantParams struct {
 // SQLite reads the clock once per statement, so created_at and updated_at
 // are equal, here and in every other insert below.
 func (q *Queries) CreateTenant(ctx context.Context, arg CreateTenantParams) (Tenant, error) {
-	row := q.db.QueryRowContext(ctx, createTenant, arg.Name, arg.DisplayName, arg.Platform)
+	row := q.queryRow(ctx, q.createTenantStmt, createTenant, arg.Name, arg.DisplayName, arg.Platform)
 	var i Tenant
 	err := row.Scan(
 		&i.Name,
@@ -143,7 +143,7 @@ type DeleteGroupParams struct {
 }
 
 func (q *Queries) DeleteGroup(ctx context.Context, arg DeleteGroupParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deleteGroup, arg.Tenant, arg.Name)
+	result, err := q.exec(ctx, q.deleteGroupStmt, deleteGroup, arg.Tenant, arg.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -160,7 +160,7 @@ type DeletePolicyParams struct {
 }
 
 func (q *Queries) DeletePolicy(ctx context.Context, arg DeletePolicyParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deletePolicy, arg.Tenant, arg.Name)
+	result, err := q.exec(ctx, q.deletePolicyStmt, deletePolicy, arg.Tenant, arg.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +177,7 @@ type DeletePrincipalParams struct {
 }
 
 func (q *Queries) DeletePrincipal(ctx context.Context, arg DeletePrincipalParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deletePrincipal, arg.Tenant, arg.Name)
+	result, err := q.exec(ctx, q.deletePrincipalStmt, deletePrincipal, arg.Tenant, arg.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -189,7 +189,7 @@ DELETE FROM tenants WHERE name = ?1
 `
 
 func (q *Queries) DeleteTenant(ctx context.Context, name string) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deleteTenant, name)
+	result, err := q.exec(ctx, q.deleteTenantStmt, deleteTenant, name)
 	if err != nil {
 		return 0, err
 	}
@@ -206,7 +206,7 @@ type GetGroupParams struct {
 }
 
 func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (Group, error) {
-	row := q.db.QueryRowContext(ctx, getGroup, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.getGroupStmt, getGroup, arg.Tenant, arg.Name)
 	var i Group
 	err := row.Scan(
 		&i.Tenant,
@@ -228,7 +228,7 @@ type GetPolicyParams struct {
 }
 
 func (q *Queries) GetPolicy(ctx context.Context, arg GetPolicyParams) (Policy, error) {
-	row := q.db.QueryRowContext(ctx, getPolicy, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.getPolicyStmt, getPolicy, arg.Tenant, arg.Name)
 	var i Policy
 	err := row.Scan(
 		&i.Tenant,
@@ -250,7 +250,7 @@ type GetPrincipalParams struct {
 }
 
 func (q *Queries) GetPrincipal(ctx context.Context, arg GetPrincipalParams) (Principal, error) {
-	row := q.db.QueryRowContext(ctx, getPrincipal, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.getPrincipalStmt, getPrincipal, arg.Tenant, arg.Name)
 	var i Principal
 	err := row.Scan(
 		&i.Tenant,
@@ -270,7 +270,7 @@ SELECT name, display_name, platform, created_at, updated_at FROM tenants WHERE n
 `
 
 func (q *Queries) GetTenant(ctx context.Context, name string) (Tenant, error) {
-	row := q.db.QueryRowContext(ctx, getTenant, name)
+	row := q.queryRow(ctx, q.getTenantStmt, getTenant, name)
 	var i Tenant
 	err := row.Scan(
 		&i.Name,
@@ -287,7 +287,7 @@ SELECT tenant, group_name, member FROM group_members ORDER BY tenant, group_name
 `
 
 func (q *Queries) ListAllGroupMembers(ctx context.Context) ([]GroupMember, error) {
-	rows, err := q.db.QueryContext(ctx, listAllGroupMembers)
+	rows, err := q.query(ctx, q.listAllGroupMembersStmt, listAllGroupMembers)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ SELECT tenant, name, body, created_at, updated_at FROM policies ORDER BY tenant,
 `
 
 func (q *Queries) ListAllPolicies(ctx context.Context) ([]Policy, error) {
-	rows, err := q.db.QueryContext(ctx, listAllPolicies)
+	rows, err := q.query(ctx, q.listAllPoliciesStmt, listAllPolicies)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ type ListGroupMembersParams struct {
 // No row when the group is missing, one row with a NULL member when it is
 // empty: the caller tells the two apart in one round trip.
 func (q *Queries) ListGroupMembers(ctx context.Context, arg ListGroupMembersParams) ([]sql.NullString, error) {
-	rows, err := q.db.QueryContext(ctx, listGroupMembers, arg.Tenant, arg.GroupName)
+	rows, err := q.query(ctx, q.listGroupMembersStmt, listGroupMembers, arg.Tenant, arg.GroupName)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +384,7 @@ SELECT tenant, name, description, created_at, updated_at FROM groups WHERE tenan
 `
 
 func (q *Queries) ListGroups(ctx context.Context, tenant string) ([]Group, error) {
-	rows, err := q.db.QueryContext(ctx, listGroups, tenant)
+	rows, err := q.query(ctx, q.listGroupsStmt, listGroups, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +417,7 @@ SELECT tenant, name, body, created_at, updated_at FROM policies WHERE tenant = ?
 `
 
 func (q *Queries) ListPolicies(ctx context.Context, tenant string) ([]Policy, error) {
-	rows, err := q.db.QueryContext(ctx, listPolicies, tenant)
+	rows, err := q.query(ctx, q.listPoliciesStmt, listPolicies, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +459,7 @@ type ListPrincipalGroupsParams struct {
 
 // As ListGroupMembers: no row when the principal is missing.
 func (q *Queries) ListPrincipalGroups(ctx context.Context, arg ListPrincipalGroupsParams) ([]sql.NullString, error) {
-	rows, err := q.db.QueryContext(ctx, listPrincipalGroups, arg.Tenant, arg.Principal)
+	rows, err := q.query(ctx, q.listPrincipalGroupsStmt, listPrincipalGroups, arg.Tenant, arg.Principal)
 	if err != nil {
 		return nil, err
 	}
@@ -494,7 +494,7 @@ type ListPrincipalsParams struct {
 
 // An empty kind lists both kinds.
 func (q *Queries) ListPrincipals(ctx context.Context, arg ListPrincipalsParams) ([]Principal, error) {
-	rows, err := q.db.QueryContext(ctx, listPrincipals, arg.Tenant, arg.Kind)
+	rows, err := q.query(ctx, q.listPrincipalsStmt, listPrincipals, arg.Tenant, arg.Kind)
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +530,7 @@ SELECT name, display_name, platform, created_at, updated_at FROM tenants ORDER B
 `
 
 func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
-	rows, err := q.db.QueryContext(ctx, listTenants)
+	rows, err := q.query(ctx, q.listTenantsStmt, listTenants)
 	if err != nil {
 		return nil, err
 	}
@@ -573,7 +573,7 @@ type PutPolicyParams struct {
 }
 
 func (q *Queries) PutPolicy(ctx context.Context, arg PutPolicyParams) (Policy, error) {
-	row := q.db.QueryRowContext(ctx, putPolicy, arg.Tenant, arg.Name, arg.Body)
+	row := q.queryRow(ctx, q.putPolicyStmt, putPolicy, arg.Tenant, arg.Name, arg.Body)
 	var i Policy
 	err := row.Scan(
 		&i.Tenant,
@@ -597,7 +597,7 @@ type RemoveGroupMemberParams struct {
 }
 
 func (q *Queries) RemoveGroupMember(ctx context.Context, arg RemoveGroupMemberParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, removeGroupMember, arg.Tenant, arg.GroupName, arg.Member)
+	result, err := q.exec(ctx, q.removeGroupMemberStmt, removeGroupMember, arg.Tenant, arg.GroupName, arg.Member)
 	if err != nil {
 		return 0, err
 	}
@@ -618,7 +618,7 @@ type UpdateGroupParams struct {
 }
 
 func (q *Queries) UpdateGroup(ctx context.Context, arg UpdateGroupParams) (Group, error) {
-	row := q.db.QueryRowContext(ctx, updateGroup, arg.Description, arg.Tenant, arg.Name)
+	row := q.queryRow(ctx, q.updateGroupStmt, updateGroup, arg.Description, arg.Tenant, arg.Name)
 	var i Group
 	err := row.Scan(
 		&i.Tenant,
@@ -647,7 +647,7 @@ type UpdatePrincipalParams struct {
 }
 
 func (q *Queries) UpdatePrincipal(ctx context.Context, arg UpdatePrincipalParams) (Principal, error) {
-	row := q.db.QueryRowContext(ctx, updatePrincipal,
+	row := q.queryRow(ctx, q.updatePrincipalStmt, updatePrincipal,
 		arg.DisplayName,
 		arg.Email,
 		arg.Description,
@@ -681,7 +681,7 @@ type UpdateTenantParams struct {
 }
 
 func (q *Queries) UpdateTenant(ctx context.Context, arg UpdateTenantParams) (Tenant, error) {
-	row := q.db.QueryRowContext(ctx, updateTenant, arg.DisplayName, arg.Name)
+	row := q.queryRow(ctx, q.updateTenantStmt, updateTenant, arg.DisplayName, arg.Name)
 	var i Tenant
 	err := row.Scan(
 		&i.Name,

@@ -29,7 +29,7 @@ type InsertAuditEventParams struct {
 }
 
 func (q *Queries) InsertAuditEvent(ctx context.Context, arg InsertAuditEventParams) (AuditEvent, error) {
-	row := q.db.QueryRowContext(ctx, insertAuditEvent,
+	row := q.queryRow(ctx, q.insertAuditEventStmt, insertAuditEvent,
 		arg.Tenant,
 		arg.Principal,
 		arg.Action,
@@ -80,7 +80,7 @@ type ListAllAuditEventsParams struct {
 // Every tenant's events, newest first, walking the table backwards from
 // before_id; filters as in ListTenantAuditEvents.
 func (q *Queries) ListAllAuditEvents(ctx context.Context, arg ListAllAuditEventsParams) ([]AuditEvent, error) {
-	rows, err := q.db.QueryContext(ctx, listAllAuditEvents,
+	rows, err := q.query(ctx, q.listAllAuditEventsStmt, listAllAuditEvents,
 		arg.BeforeID,
 		arg.Principal,
 		arg.Action,
@@ -150,7 +150,7 @@ type ListTenantAuditEventsParams struct {
 // is always set (the largest int64 for the first page), so that it is a
 // plain range the planner can seek on.
 func (q *Queries) ListTenantAuditEvents(ctx context.Context, arg ListTenantAuditEventsParams) ([]AuditEvent, error) {
-	rows, err := q.db.QueryContext(ctx, listTenantAuditEvents,
+	rows, err := q.query(ctx, q.listTenantAuditEventsStmt, listTenantAuditEvents,
 		arg.Tenant,
 		arg.BeforeID,
 		arg.Principal,

@@ -30,7 +30,7 @@ type AuthenticateTokenRow struct {
 // Everything authenticating a call needs, in one statement: it runs on
 // every API call.
 func (q *Queries) AuthenticateToken(ctx context.Context, id string) (AuthenticateTokenRow, error) {
-	row := q.db.QueryRowContext(ctx, authenticateToken, id)
+	row := q.queryRow(ctx, q.authenticateTokenStmt, authenticateToken, id)
 	var i AuthenticateTokenRow
 	err := row.Scan(
 		&i.ApiToken.ID,
@@ -69,7 +69,7 @@ type CreateTokenParams struct {
 // No token query bumps the authorization epoch: a token's validity is read
 // on every call (AuthenticateToken).
 func (q *Queries) CreateToken(ctx context.Context, arg CreateTokenParams) (ApiToken, error) {
-	row := q.db.QueryRowContext(ctx, createToken,
+	row := q.queryRow(ctx, q.createTokenStmt, createToken,
 		arg.ID,
 		arg.Tenant,
 		arg.Principal,
@@ -97,7 +97,7 @@ SELECT id, tenant, principal, secret_hash, description, created_at, expires_at, 
 `
 
 func (q *Queries) GetToken(ctx context.Context, id string) (ApiToken, error) {
-	row := q.db.QueryRowContext(ctx, getToken, id)
+	row := q.queryRow(ctx, q.getTokenStmt, getToken, id)
 	var i ApiToken
 	err := row.Scan(
 		&i.ID,
@@ -126,7 +126,7 @@ type ListTokensParams struct {
 
 // An empty principal lists the whole tenant's tokens.
 func (q *Queries) ListTokens(ctx context.Context, arg ListTokensParams) ([]ApiToken, error) {
-	rows, err := q.db.QueryContext(ctx, listTokens, arg.Tenant, arg.Principal)
+	rows, err := q.query(ctx, q.listTokensStmt, listTokens, arg.Tenant, arg.Principal)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ RETURNING id, tenant, principal, secret_hash, description, created_at, expires_a
 
 // A second revocation keeps the first one's time.
 func (q *Queries) RevokeToken(ctx context.Context, id string) (ApiToken, error) {
-	row := q.db.QueryRowContext(ctx, revokeToken, id)
+	row := q.queryRow(ctx, q.revokeTokenStmt, revokeToken, id)
 	var i ApiToken
 	err := row.Scan(
 		&i.ID,
@@ -187,7 +187,7 @@ UPDATE api_tokens SET last_used_at = CAST(unixepoch('subsec') * 1000000 AS INTEG
 `
 
 func (q *Queries) TouchToken(ctx context.Context, id string) (int64, error) {
-	result, err := q.db.ExecContext(ctx, touchToken, id)
+	result, err := q.exec(ctx, q.touchTokenStmt, touchToken, id)
 	if err != nil {
 		return 0, err
 	}

@@ -26,7 +26,7 @@ type BeginSessionParams struct {
 }
 
 func (q *Queries) BeginSession(ctx context.Context, arg BeginSessionParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, beginSession, arg.BcdVersion, arg.BootID, arg.ID)
+	row := q.queryRow(ctx, q.beginSessionStmt, beginSession, arg.BcdVersion, arg.BootID, arg.ID)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -77,7 +77,7 @@ type CreateNodeParams struct {
 }
 
 func (q *Queries) CreateNode(ctx context.Context, arg CreateNodeParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, createNode,
+	row := q.queryRow(ctx, q.createNodeStmt, createNode,
 		arg.ID,
 		arg.Tenant,
 		arg.Pool,
@@ -122,7 +122,7 @@ DELETE FROM nodes WHERE id = ?1
 
 // Its inventory and commands go with it (ON DELETE CASCADE).
 func (q *Queries) DeleteNode(ctx context.Context, id string) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deleteNode, id)
+	result, err := q.exec(ctx, q.deleteNodeStmt, deleteNode, id)
 	if err != nil {
 		return 0, err
 	}
@@ -134,7 +134,7 @@ SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_
 `
 
 func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
-	row := q.db.QueryRowContext(ctx, getNode, id)
+	row := q.queryRow(ctx, q.getNodeStmt, getNode, id)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -166,7 +166,7 @@ SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_
 `
 
 func (q *Queries) ListAllNodes(ctx context.Context) ([]Node, error) {
-	rows, err := q.db.QueryContext(ctx, listAllNodes)
+	rows, err := q.query(ctx, q.listAllNodesStmt, listAllNodes)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ SELECT node_id, name, hash, content, updated_at FROM node_inventory WHERE node_i
 `
 
 func (q *Queries) ListInventorySections(ctx context.Context, nodeID string) ([]NodeInventory, error) {
-	rows, err := q.db.QueryContext(ctx, listInventorySections, nodeID)
+	rows, err := q.query(ctx, q.listInventorySectionsStmt, listInventorySections, nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ SELECT id FROM nodes WHERE revoked_at >= ?1 ORDER BY id
 `
 
 func (q *Queries) ListRevokedNodes(ctx context.Context, since sql.NullInt64) ([]string, error) {
-	rows, err := q.db.QueryContext(ctx, listRevokedNodes, since)
+	rows, err := q.query(ctx, q.listRevokedNodesStmt, listRevokedNodes, since)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_
 `
 
 func (q *Queries) ListTenantNodes(ctx context.Context, tenant string) ([]Node, error) {
-	rows, err := q.db.QueryContext(ctx, listTenantNodes, tenant)
+	rows, err := q.query(ctx, q.listTenantNodesStmt, listTenantNodes, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ RETURNING id
 `
 
 func (q *Queries) MarkUnreachable(ctx context.Context, cutoff int64) ([]string, error) {
-	rows, err := q.db.QueryContext(ctx, markUnreachable, cutoff)
+	rows, err := q.query(ctx, q.markUnreachableStmt, markUnreachable, cutoff)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +361,7 @@ type PutInventorySectionParams struct {
 }
 
 func (q *Queries) PutInventorySection(ctx context.Context, arg PutInventorySectionParams) error {
-	_, err := q.db.ExecContext(ctx, putInventorySection,
+	_, err := q.exec(ctx, q.putInventorySectionStmt, putInventorySection,
 		arg.NodeID,
 		arg.Name,
 		arg.Hash,
@@ -386,7 +386,7 @@ type RenewNodeCertParams struct {
 }
 
 func (q *Queries) RenewNodeCert(ctx context.Context, arg RenewNodeCertParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, renewNodeCert,
+	row := q.queryRow(ctx, q.renewNodeCertStmt, renewNodeCert,
 		arg.CertSerial,
 		arg.CertPublicKey,
 		arg.CertNotAfter,
@@ -427,7 +427,7 @@ RETURNING id, tenant, pool, hostname, machine_id, state, labels, bcd_version, ce
 
 // A second revocation keeps the first one's time.
 func (q *Queries) RevokeNode(ctx context.Context, id string) (Node, error) {
-	row := q.db.QueryRowContext(ctx, revokeNode, id)
+	row := q.queryRow(ctx, q.revokeNodeStmt, revokeNode, id)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -464,7 +464,7 @@ type SetNodeConditionsParams struct {
 }
 
 func (q *Queries) SetNodeConditions(ctx context.Context, arg SetNodeConditionsParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, setNodeConditions, arg.Conditions, arg.ID)
+	result, err := q.exec(ctx, q.setNodeConditionsStmt, setNodeConditions, arg.Conditions, arg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -481,7 +481,7 @@ type SetNodeInventoryLabelsParams struct {
 }
 
 func (q *Queries) SetNodeInventoryLabels(ctx context.Context, arg SetNodeInventoryLabelsParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, setNodeInventoryLabels, arg.InventoryLabels, arg.ID)
+	result, err := q.exec(ctx, q.setNodeInventoryLabelsStmt, setNodeInventoryLabels, arg.InventoryLabels, arg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -499,7 +499,7 @@ type SetNodeLabelsParams struct {
 }
 
 func (q *Queries) SetNodeLabels(ctx context.Context, arg SetNodeLabelsParams) (Node, error) {
-	row := q.db.QueryRowContext(ctx, setNodeLabels, arg.Labels, arg.ID)
+	row := q.queryRow(ctx, q.setNodeLabelsStmt, setNodeLabels, arg.Labels, arg.ID)
 	var i Node
 	err := row.Scan(
 		&i.ID,
@@ -536,7 +536,7 @@ WHERE id IN (SELECT value FROM json_each(CAST(?1 AS TEXT))) AND state <> 'unreac
 // before a cutoff in the past, so MarkUnreachable cannot slip in before
 // WakeNodes.
 func (q *Queries) TouchNodes(ctx context.Context, ids string) (int64, error) {
-	result, err := q.db.ExecContext(ctx, touchNodes, ids)
+	result, err := q.exec(ctx, q.touchNodesStmt, touchNodes, ids)
 	if err != nil {
 		return 0, err
 	}
@@ -552,7 +552,7 @@ RETURNING id
 // The second: stamp the listed unreachable nodes and set them ready,
 // returning exactly the ids that this statement changed.
 func (q *Queries) WakeNodes(ctx context.Context, ids string) ([]string, error) {
-	rows, err := q.db.QueryContext(ctx, wakeNodes, ids)
+	rows, err := q.query(ctx, q.wakeNodesStmt, wakeNodes, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ type CreateNodeCommandParams struct {
 }
 
 func (q *Queries) CreateNodeCommand(ctx context.Context, arg CreateNodeCommandParams) (NodeCommand, error) {
-	row := q.db.QueryRowContext(ctx, createNodeCommand,
+	row := q.queryRow(ctx, q.createNodeCommandStmt, createNodeCommand,
 		arg.ID,
 		arg.NodeID,
 		arg.Kind,
@@ -62,7 +62,7 @@ RETURNING id, node_id, kind, args, idempotency_key, state, output, error, sessio
 `
 
 func (q *Queries) ExpireCommands(ctx context.Context) ([]NodeCommand, error) {
-	rows, err := q.db.QueryContext(ctx, expireCommands)
+	rows, err := q.query(ctx, q.expireCommandsStmt, expireCommands)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ RETURNING id, node_id, kind, args, idempotency_key, state, output, error, sessio
 `
 
 func (q *Queries) FailInFlightCommands(ctx context.Context, nodeID string) ([]NodeCommand, error) {
-	rows, err := q.db.QueryContext(ctx, failInFlightCommands, nodeID)
+	rows, err := q.query(ctx, q.failInFlightCommandsStmt, failInFlightCommands, nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ type FinishCommandParams struct {
 // session_epoch even if MarkCommandSent lost the race, so it is recorded as
 // sent on that session.
 func (q *Queries) FinishCommand(ctx context.Context, arg FinishCommandParams) (NodeCommand, error) {
-	row := q.db.QueryRowContext(ctx, finishCommand,
+	row := q.queryRow(ctx, q.finishCommandStmt, finishCommand,
 		arg.State,
 		arg.Output,
 		arg.Error,
@@ -196,7 +196,7 @@ SELECT id, node_id, kind, args, idempotency_key, state, output, error, session_e
 `
 
 func (q *Queries) GetNodeCommand(ctx context.Context, id string) (NodeCommand, error) {
-	row := q.db.QueryRowContext(ctx, getNodeCommand, id)
+	row := q.queryRow(ctx, q.getNodeCommandStmt, getNodeCommand, id)
 	var i NodeCommand
 	err := row.Scan(
 		&i.ID,
@@ -229,7 +229,7 @@ type GetNodeCommandByKeyParams struct {
 // idempotency_key <> ” matches the partial unique index, and never finds
 // the commands created without a key.
 func (q *Queries) GetNodeCommandByKey(ctx context.Context, arg GetNodeCommandByKeyParams) (NodeCommand, error) {
-	row := q.db.QueryRowContext(ctx, getNodeCommandByKey, arg.NodeID, arg.IdempotencyKey)
+	row := q.queryRow(ctx, q.getNodeCommandByKeyStmt, getNodeCommandByKey, arg.NodeID, arg.IdempotencyKey)
 	var i NodeCommand
 	err := row.Scan(
 		&i.ID,
@@ -261,7 +261,7 @@ type ListNodeCommandsParams struct {
 }
 
 func (q *Queries) ListNodeCommands(ctx context.Context, arg ListNodeCommandsParams) ([]NodeCommand, error) {
-	rows, err := q.db.QueryContext(ctx, listNodeCommands, arg.NodeID, arg.Lim)
+	rows, err := q.query(ctx, q.listNodeCommandsStmt, listNodeCommands, arg.NodeID, arg.Lim)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +309,7 @@ type MarkCommandSentParams struct {
 }
 
 func (q *Queries) MarkCommandSent(ctx context.Context, arg MarkCommandSentParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, markCommandSent, arg.SessionEpoch, arg.ID)
+	result, err := q.exec(ctx, q.markCommandSentStmt, markCommandSent, arg.SessionEpoch, arg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -335,7 +335,7 @@ type PendingNodeCommandsParams struct {
 // finished: their frame may have died with that session, and resending is
 // safe because the node runs an id at most once.
 func (q *Queries) PendingNodeCommands(ctx context.Context, arg PendingNodeCommandsParams) ([]NodeCommand, error) {
-	rows, err := q.db.QueryContext(ctx, pendingNodeCommands, arg.NodeID, arg.SessionEpoch, arg.Lim)
+	rows, err := q.query(ctx, q.pendingNodeCommandsStmt, pendingNodeCommands, arg.NodeID, arg.SessionEpoch, arg.Lim)
 	if err != nil {
 		return nil, err
 	}

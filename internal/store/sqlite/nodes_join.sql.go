@@ -22,7 +22,7 @@ type CreateCAParams struct {
 }
 
 func (q *Queries) CreateCA(ctx context.Context, arg CreateCAParams) (PkiCa, error) {
-	row := q.db.QueryRowContext(ctx, createCA, arg.Name, arg.CertDer, arg.KeyEncrypted)
+	row := q.queryRow(ctx, q.createCAStmt, createCA, arg.Name, arg.CertDer, arg.KeyEncrypted)
 	var i PkiCa
 	err := row.Scan(
 		&i.Name,
@@ -53,7 +53,7 @@ type CreateJoinTokenParams struct {
 
 // A new token has not been spent: uses starts at 0.
 func (q *Queries) CreateJoinToken(ctx context.Context, arg CreateJoinTokenParams) (JoinToken, error) {
-	row := q.db.QueryRowContext(ctx, createJoinToken,
+	row := q.queryRow(ctx, q.createJoinTokenStmt, createJoinToken,
 		arg.ID,
 		arg.Tenant,
 		arg.Pool,
@@ -85,7 +85,7 @@ SELECT name, cert_der, key_encrypted, created_at FROM pki_cas WHERE name = ?1
 `
 
 func (q *Queries) GetCA(ctx context.Context, name string) (PkiCa, error) {
-	row := q.db.QueryRowContext(ctx, getCA, name)
+	row := q.queryRow(ctx, q.getCAStmt, getCA, name)
 	var i PkiCa
 	err := row.Scan(
 		&i.Name,
@@ -101,7 +101,7 @@ SELECT id, tenant, pool, secret_hash, max_uses, uses, labels, description, creat
 `
 
 func (q *Queries) GetJoinToken(ctx context.Context, id string) (JoinToken, error) {
-	row := q.db.QueryRowContext(ctx, getJoinToken, id)
+	row := q.queryRow(ctx, q.getJoinTokenStmt, getJoinToken, id)
 	var i JoinToken
 	err := row.Scan(
 		&i.ID,
@@ -124,7 +124,7 @@ SELECT id, tenant, pool, secret_hash, max_uses, uses, labels, description, creat
 `
 
 func (q *Queries) ListJoinTokens(ctx context.Context, tenant string) ([]JoinToken, error) {
-	rows, err := q.db.QueryContext(ctx, listJoinTokens, tenant)
+	rows, err := q.query(ctx, q.listJoinTokensStmt, listJoinTokens, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ RETURNING id, tenant, pool, secret_hash, max_uses, uses, labels, description, cr
 
 // A second revocation keeps the first one's time.
 func (q *Queries) RevokeJoinToken(ctx context.Context, id string) (JoinToken, error) {
-	row := q.db.QueryRowContext(ctx, revokeJoinToken, id)
+	row := q.queryRow(ctx, q.revokeJoinTokenStmt, revokeJoinToken, id)
 	var i JoinToken
 	err := row.Scan(
 		&i.ID,
@@ -194,7 +194,7 @@ RETURNING id, tenant, pool, secret_hash, max_uses, uses, labels, description, cr
 // One statement, so that two racing joins never both take the last use: no
 // row means the token is missing, revoked, expired or used up.
 func (q *Queries) SpendJoinToken(ctx context.Context, id string) (JoinToken, error) {
-	row := q.db.QueryRowContext(ctx, spendJoinToken, id)
+	row := q.queryRow(ctx, q.spendJoinTokenStmt, spendJoinToken, id)
 	var i JoinToken
 	err := row.Scan(
 		&i.ID,

@@ -14,7 +14,7 @@ DELETE FROM settings WHERE key = ?1
 `
 
 func (q *Queries) DeleteSetting(ctx context.Context, key string) (int64, error) {
-	result, err := q.db.ExecContext(ctx, deleteSetting, key)
+	result, err := q.exec(ctx, q.deleteSettingStmt, deleteSetting, key)
 	if err != nil {
 		return 0, err
 	}
@@ -26,7 +26,7 @@ SELECT key, value, updated_at FROM settings WHERE key = ?1
 `
 
 func (q *Queries) GetSetting(ctx context.Context, key string) (Setting, error) {
-	row := q.db.QueryRowContext(ctx, getSetting, key)
+	row := q.queryRow(ctx, q.getSettingStmt, getSetting, key)
 	var i Setting
 	err := row.Scan(&i.Key, &i.Value, &i.UpdatedAt)
 	return i, err
@@ -37,7 +37,7 @@ SELECT key, value, updated_at FROM settings ORDER BY key
 `
 
 func (q *Queries) ListSettings(ctx context.Context) ([]Setting, error) {
-	rows, err := q.db.QueryContext(ctx, listSettings)
+	rows, err := q.query(ctx, q.listSettingsStmt, listSettings)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ type PutSettingParams struct {
 }
 
 func (q *Queries) PutSetting(ctx context.Context, arg PutSettingParams) (Setting, error) {
-	row := q.db.QueryRowContext(ctx, putSetting, arg.Key, arg.Value)
+	row := q.queryRow(ctx, q.putSettingStmt, putSetting, arg.Key, arg.Value)
 	var i Setting
 	err := row.Scan(&i.Key, &i.Value, &i.UpdatedAt)
 	return i, err

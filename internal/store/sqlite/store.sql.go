@@ -16,7 +16,7 @@ SELECT CAST(unixepoch('subsec') * 1000000 AS INTEGER) AS now_us
 // The store's clock in unix microseconds. SQLite reads the clock once per
 // statement, with millisecond resolution.
 func (q *Queries) Now(ctx context.Context) (int64, error) {
-	row := q.db.QueryRowContext(ctx, now)
+	row := q.queryRow(ctx, q.nowStmt, now)
 	var now_us int64
 	err := row.Scan(&now_us)
 	return now_us, err
@@ -33,7 +33,7 @@ type RecordMigrationParams struct {
 }
 
 func (q *Queries) RecordMigration(ctx context.Context, arg RecordMigrationParams) error {
-	_, err := q.db.ExecContext(ctx, recordMigration, arg.Version, arg.Name)
+	_, err := q.exec(ctx, q.recordMigrationStmt, recordMigration, arg.Version, arg.Name)
 	return err
 }
 
@@ -42,7 +42,7 @@ SELECT CAST(COALESCE(MAX(version), 0) AS INTEGER) AS version FROM schema_migrati
 `
 
 func (q *Queries) SchemaVersion(ctx context.Context) (int64, error) {
-	row := q.db.QueryRowContext(ctx, schemaVersion)
+	row := q.queryRow(ctx, q.schemaVersionStmt, schemaVersion)
 	var version int64
 	err := row.Scan(&version)
 	return version, err

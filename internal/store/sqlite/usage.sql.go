@@ -22,7 +22,7 @@ type AdvanceMeteredUntilParams struct {
 
 // Never backwards: a slower worker finishing late changes nothing.
 func (q *Queries) AdvanceMeteredUntil(ctx context.Context, arg AdvanceMeteredUntilParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, advanceMeteredUntil, arg.MeteredUntil, arg.ID)
+	result, err := q.exec(ctx, q.advanceMeteredUntilStmt, advanceMeteredUntil, arg.MeteredUntil, arg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -56,7 +56,7 @@ type InsertUsageWindowParams struct {
 
 // A window written before (same key) is skipped: 0 rows.
 func (q *Queries) InsertUsageWindow(ctx context.Context, arg InsertUsageWindowParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, insertUsageWindow,
+	result, err := q.exec(ctx, q.insertUsageWindowStmt, insertUsageWindow,
 		arg.Key,
 		arg.Tenant,
 		arg.Principal,
@@ -108,7 +108,7 @@ type ListUsageParams struct {
 // Unset filters are NULL. after is the key of the last row of the previous
 // page: rows follow it in (window_start, key) order.
 func (q *Queries) ListUsage(ctx context.Context, arg ListUsageParams) ([]UsageWindow, error) {
-	rows, err := q.db.QueryContext(ctx, listUsage,
+	rows, err := q.query(ctx, q.listUsageStmt, listUsage,
 		arg.Tenant,
 		arg.Principal,
 		arg.PoolTenant,
@@ -175,7 +175,7 @@ type ReservationsToMeterParams struct {
 // the current hour. The first condition repeats reservations_to_meter's
 // predicate so that the partial index answers.
 func (q *Queries) ReservationsToMeter(ctx context.Context, arg ReservationsToMeterParams) ([]Reservation, error) {
-	rows, err := q.db.QueryContext(ctx, reservationsToMeter, arg.Now, arg.HourStart, arg.Lim)
+	rows, err := q.query(ctx, q.reservationsToMeterStmt, reservationsToMeter, arg.Now, arg.HourStart, arg.Lim)
 	if err != nil {
 		return nil, err
 	}
