@@ -38,8 +38,8 @@ const sqliteHeader = "SQLite format 3\x00"
 type sqliteEngine struct {
 	db     *sql.DB
 	q      *sqlitedb.Queries // the prepared statements, once prepare ran; unprepared before
-	writer chan struct{} // holds one token while a transaction of this process runs
-	busy   time.Duration // how long a transaction waits for writer
+	writer chan struct{}     // holds one token while a transaction of this process runs
+	busy   time.Duration     // how long a transaction waits for writer
 }
 
 // errWriterQueue says a transaction waited the busy timeout for this
