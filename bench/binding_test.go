@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/better-compute/better-compute/client"
+	"github.com/better-compute/better-compute/internal/fleetcheck"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
 
@@ -136,6 +137,7 @@ func BenchmarkPlaceToBound(b *testing.B) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
 		slices.Sort(lat)
 		b.ReportMetric(float64(total)/placed.Seconds(), "placements/s")
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
@@ -150,4 +152,28 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// checkFleet fails the benchmark when the fleet broke an invariant during
+// the run (fleetcheck): numbers from a fleet that double-booked a GPU or
+// lost a node mean nothing. A release or binding may still be on its way,
+// so it waits a little for a consistent fleet.
+func checkFleet(b *testing.B, c *client.Client, apiURL, simDir string, n int) {
+	dirs, err := fleetcheck.SimCDIDirs(simDir, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	check := fleetcheck.Fleet{Client: c, ServerURL: apiURL, CDIDirs: dirs}
+	var violations []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if violations, err = check.Violations(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		if len(violations) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(violations) > 0 {
+		b.Fatalf("fleet invariants broken:\n%s", strings.Join(violations, "\n"))
+	}
 }

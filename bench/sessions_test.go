@@ -161,12 +161,18 @@ func BenchmarkSessions(b *testing.B) {
 		time.Sleep(15 * time.Second) // several heartbeats: steady state
 		rss1 := rssKiB(srv.cmd.Process.Pid)
 		simRSS := rssKiB(sim.Process.Pid)
+		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
 
 		srv.stop()
 		restart := time.Now()
 		srv, apiURL = startServe(b, dir, gateway)
 		b.Cleanup(srv.stop)
 		back := await(b, apiURL, n, restart, 5*time.Minute)
+		admin, err = client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
 
 		b.ReportMetric(joined.Seconds(), "first-join-s")
 		b.ReportMetric(float64(rss1-rss0)/float64(n), "server-KiB/session")

@@ -106,6 +106,14 @@ func RunSim(ctx context.Context, cfg SimConfig) error {
 
 func simDir(root string, i int) string { return filepath.Join(root, strconv.Itoa(i)) }
 
+// SimAgentDir is the data dir of agent i of a `bcd sim` whose --data-dir
+// is dataDir; its CDI specs are in DefaultCDIDir of it.
+func SimAgentDir(dataDir string, i int) string { return simDir(filepath.Join(dataDir, "sim"), i) }
+
+// DefaultCDIDir is where an agent with data dir dataDir and no CDIDir
+// binds reservations.
+func DefaultCDIDir(dataDir string) string { return Config{DataDir: dataDir}.cdiDir() }
+
 // simSeed reads root/seed, creating it on the first run: fake GPU UUIDs
 // and machine ids derive from it, so they stay the same across restarts
 // and differ between fleets.

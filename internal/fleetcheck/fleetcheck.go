@@ -24,6 +24,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/better-compute/better-compute/client"
+	"github.com/better-compute/better-compute/internal/agent"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
 
@@ -214,4 +215,19 @@ func (f Fleet) metrics(ctx context.Context) (map[string]float64, error) {
 func active(r *apiv1.Reservation) bool {
 	s := r.GetState()
 	return s == apiv1.ReservationState_RESERVATION_STATE_PLACED || s == apiv1.ReservationState_RESERVATION_STATE_BOUND
+}
+
+// SimCDIDirs returns Fleet.CDIDirs for the n agents of a `bcd sim` run with
+// --data-dir dataDir, which have joined.
+func SimCDIDirs(dataDir string, n int) (map[string]string, error) {
+	out := make(map[string]string, n)
+	for i := range n {
+		dir := agent.SimAgentDir(dataDir, i)
+		id, err := agent.JoinedNodeID(dir)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = agent.DefaultCDIDir(dir)
+	}
+	return out, nil
 }

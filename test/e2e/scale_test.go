@@ -17,7 +17,6 @@ import (
 
 	"github.com/better-compute/better-compute/client"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
-	"github.com/better-compute/better-compute/internal/agent"
 	"github.com/better-compute/better-compute/internal/fleetcheck"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
@@ -143,7 +142,11 @@ func TestScaleInvariants(t *testing.T) {
 			return true
 		})
 
-		check := fleetcheck.Fleet{Client: c, ServerURL: f.server.url, CDIDirs: simCDIDirs(t, simDir, scaleAgents)}
+		dirs, err := fleetcheck.SimCDIDirs(simDir, scaleAgents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := fleetcheck.Fleet{Client: c, ServerURL: f.server.url, CDIDirs: dirs}
 		// A release reaches its node a moment after the API answers.
 		var violations []string
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -159,20 +162,4 @@ func TestScaleInvariants(t *testing.T) {
 			t.Errorf("fleet invariants broken:\n%s\nsim:\n%s", strings.Join(violations, "\n"), tail(out.String(), 20))
 		}
 	})
-}
-
-// simCDIDirs maps the node id of each of n agents of `bcd sim` in dir to
-// the directory it binds reservations in.
-func simCDIDirs(t *testing.T, dir string, n int) map[string]string {
-	t.Helper()
-	out := make(map[string]string, n)
-	for i := range n {
-		agentDir := filepath.Join(dir, "sim", strconv.Itoa(i))
-		id, err := agent.JoinedNodeID(agentDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[id] = filepath.Join(agentDir, "cdi")
-	}
-	return out
 }
