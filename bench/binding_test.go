@@ -2,9 +2,10 @@ package bench
 
 import (
 	"context"
+	"maps"
+	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -59,14 +60,8 @@ func BenchmarkPlaceToBound(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		simCtx, simCancel := context.WithCancel(ctx)
-		sim := exec.CommandContext(simCtx, bcdBinary(b), "sim", "--nodes", strconv.Itoa(n), "--server", jt.Msg.GetGatewayUrl(),
-			"--token", jt.Msg.GetSecret(), "--data-dir", filepath.Join(dir, "sim"), "--gpus", "8")
 		start := time.Now()
-		if err := sim.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup((&process{cmd: sim, cancel: simCancel}).stop)
+		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
 		await(b, apiURL, n, start, 5*time.Minute)
 		for free := 0; free < 8*n; {
 			res, err := admin.Pools.GetPool(ctx, connect.NewRequest(&apiv1.GetPoolRequest{Name: "bench"}))
@@ -137,12 +132,14 @@ func BenchmarkPlaceToBound(b *testing.B) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
+		checkFleet(b, admin, apiURL, fleet)
 		slices.Sort(lat)
-		b.ReportMetric(float64(total)/placed.Seconds(), "placements/s")
-		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+		record(b, fmt.Sprintf("place-to-bound-%d", n), map[string]float64{
+			"placements/s": float64(total) / placed.Seconds(),
+			"p50-ms":       float64(lat[len(lat)/2].Microseconds()) / 1000,
+			"p99-ms":       float64(lat[len(lat)*99/100].Microseconds()) / 1000,
+			"max-ms":       float64(lat[len(lat)-1].Microseconds()) / 1000,
+		})
 	}
 }
 
@@ -158,13 +155,18 @@ func envInt(name string, def int) int {
 // the run (fleetcheck): numbers from a fleet that double-booked a GPU or
 // lost a node mean nothing. A release or binding may still be on its way,
 // so it waits a little for a consistent fleet.
-func checkFleet(b *testing.B, c *client.Client, apiURL, simDir string, n int) {
-	dirs, err := fleetcheck.SimCDIDirs(simDir, n)
-	if err != nil {
-		b.Fatal(err)
+func checkFleet(b *testing.B, c *client.Client, apiURL string, fleet *simFleet) {
+	dirs := map[string]string{}
+	for i, dir := range fleet.dirs {
+		d, err := fleetcheck.SimCDIDirs(dir, fleet.agents[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		maps.Copy(dirs, d)
 	}
 	check := fleetcheck.Fleet{Client: c, ServerURL: apiURL, CDIDirs: dirs}
 	var violations []string
+	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		if violations, err = check.Violations(context.Background()); err != nil {
 			b.Fatal(err)

@@ -270,11 +270,13 @@ func benchPlacements(b *testing.B, s *store.Store, retries *atomic.Int64, ask, p
 		}
 		return float64(all[min(len(all)-1, int(p*float64(len(all))))].Microseconds()) / 1000
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "placements/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(float64(conflicts.Load())/float64(b.N), "conflicts/op")
-	b.ReportMetric(float64(retries.Load()-retried)/float64(b.N), "tx-retries/op")
+	record(b, resultName(b), map[string]float64{
+		"placements/s":  float64(b.N) / elapsed.Seconds(),
+		"p50-ms":        pct(0.50),
+		"p99-ms":        pct(0.99),
+		"conflicts/op":  float64(conflicts.Load()) / float64(b.N),
+		"tx-retries/op": float64(retries.Load()-retried) / float64(b.N),
+	})
 }
 
 // releaseAll releases the reservations ids with workers concurrent callers.

@@ -147,21 +147,14 @@ func BenchmarkSessions(b *testing.B) {
 		time.Sleep(time.Second) // let the idle server settle
 		rss0 := rssKiB(srv.cmd.Process.Pid)
 
-		simCtx, simCancel := context.WithCancel(context.Background())
-		sim := exec.CommandContext(simCtx, bcdBinary(b), "sim", "--nodes", strconv.Itoa(n), "--server", jt.Msg.GetGatewayUrl(),
-			"--token", jt.Msg.GetSecret(), "--data-dir", filepath.Join(dir, "sim"), "--gpus", "8")
 		start := time.Now()
-		if err := sim.Start(); err != nil {
-			b.Fatal(err)
-		}
-		simProc := &process{cmd: sim, cancel: simCancel}
-		b.Cleanup(simProc.stop) // also when a Fatal ends the run early
+		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
 		joined := await(b, apiURL, n, start, 5*time.Minute)
 
 		time.Sleep(15 * time.Second) // several heartbeats: steady state
 		rss1 := rssKiB(srv.cmd.Process.Pid)
-		simRSS := rssKiB(sim.Process.Pid)
-		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
+		simRSS := fleet.rssKiB()
+		checkFleet(b, admin, apiURL, fleet)
 
 		srv.stop()
 		restart := time.Now()
@@ -172,13 +165,61 @@ func BenchmarkSessions(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		checkFleet(b, admin, apiURL, filepath.Join(dir, "sim"), n)
+		checkFleet(b, admin, apiURL, fleet)
 
-		b.ReportMetric(joined.Seconds(), "first-join-s")
-		b.ReportMetric(float64(rss1-rss0)/float64(n), "server-KiB/session")
-		b.ReportMetric(float64(simRSS)/float64(n), "sim-KiB/agent")
-		b.ReportMetric(back.Seconds(), "restart-return-s")
+		record(b, fmt.Sprintf("sessions-%d", n), map[string]float64{
+			"first-join-s":       joined.Seconds(),
+			"joins/s":            float64(n) / joined.Seconds(),
+			"server-KiB/session": float64(rss1-rss0) / float64(n),
+			"sim-KiB/agent":      float64(simRSS) / float64(n),
+			"restart-return-s":   back.Seconds(),
+		})
 	}
+}
+
+// simFleet is the bcd sim processes of a benchmark, each with its own data
+// dir and share of the agents.
+type simFleet struct {
+	procs  []*process
+	dirs   []string
+	agents []int
+}
+
+// simsPerProcess bounds the agents of one bcd sim: each holds about two
+// file descriptors, and these machines allow a process 20,000.
+const simsPerProcess = 5000
+
+// startSims starts n agents of `bcd sim` under dir, in as many processes as
+// simsPerProcess needs, joining with token at gateway. They stop with the
+// benchmark.
+func startSims(b *testing.B, n int, gateway, token, dir string) *simFleet {
+	f := &simFleet{}
+	for k := 0; n > 0; k++ {
+		share := min(n, simsPerProcess)
+		n -= share
+		simDir := filepath.Join(dir, fmt.Sprintf("sim-%d", k))
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, bcdBinary(b), "sim", "--nodes", strconv.Itoa(share), "--server", gateway,
+			"--token", token, "--data-dir", simDir, "--gpus", "8")
+		cmd.Stderr = os.Stderr // its warnings and errors: a failing agent says why
+		if err := cmd.Start(); err != nil {
+			cancel()
+			b.Fatal(err)
+		}
+		p := &process{cmd: cmd, cancel: cancel}
+		b.Cleanup(p.stop) // also when a Fatal ends the run early
+		f.procs, f.dirs, f.agents = append(f.procs, p), append(f.dirs, simDir), append(f.agents, share)
+	}
+	return f
+}
+
+// rssKiB is the simulators' resident set size, together.
+func (f *simFleet) rssKiB() int64 {
+	var sum int64
+	for _, p := range f.procs {
+		sum += rssKiB(p.cmd.Process.Pid)
+	}
+	return sum
 }
 
 var bcdOnce struct {

@@ -57,6 +57,9 @@ func RunSim(ctx context.Context, cfg SimConfig) error {
 	if cfg.Nodes <= 0 {
 		return errors.New("sim: --nodes must be at least 1")
 	}
+	if err := checkFDLimit(cfg.Nodes); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
