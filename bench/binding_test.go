@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
-	"maps"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/better-compute/better-compute/client"
-	"github.com/better-compute/better-compute/internal/fleetcheck"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+	"github.com/better-compute/better-compute/internal/fleetcheck"
 )
 
 // BenchmarkPlaceToBound measures how long a placement takes to be bound on

@@ -24,8 +24,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/better-compute/better-compute/client"
-	"github.com/better-compute/better-compute/internal/agent"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+	"github.com/better-compute/better-compute/internal/agent"
 )
 
 // Fleet is what the checks look at.
