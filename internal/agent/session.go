@@ -75,7 +75,7 @@ func (n *Node) runSession(ctx context.Context, addr string) (lasted time.Duratio
 	n.mu.Unlock()
 
 	var conn *tls.Conn
-	offStack(func() { conn, err = n.dial(ctx, addr) })
+	wire.OffStack(func() { conn, err = n.dial(ctx, addr) })
 	if err != nil {
 		return 0, err
 	}
@@ -201,20 +201,6 @@ func (n *Node) welcome(ctx context.Context, conn *tls.Conn, w *agentv1.Welcome) 
 	return s
 }
 
-// offStack runs f on a goroutine of its own and waits for it. The TLS
-// handshake and an inventory report grow a goroutine's stack to tens of
-// KiB, and the runtime shrinks a stack only slowly; doing them on a
-// goroutine that ends keeps the long-lived reader's stack small, which
-// matters with ten thousand agents in one process (bcd sim).
-func offStack(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-}
-
 // start resends unacknowledged results (first, so the gateway settles
 // commands before anything else) and reports the inventory in full.
 func (s *session) start() error {
@@ -238,7 +224,7 @@ func (s *session) start() error {
 // the session ends.
 func (s *session) serve() error {
 	var err error
-	offStack(func() { err = s.start() })
+	wire.OffStack(func() { err = s.start() })
 	if err != nil {
 		return err
 	}

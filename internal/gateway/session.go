@@ -267,7 +267,13 @@ func (g *Gateway) readLoop(ctx context.Context, s *session) {
 			}
 			s.lastHeard.Store(time.Now().UnixNano())
 			g.markHeard(s.nodeID)
-			err = g.handleFrame(ctx, s, f)
+			if f.GetHeartbeat() != nil {
+				err = nil // nothing to do: hearing it was the point
+			} else {
+				// Store work runs deep (SQLite); keep it off the
+				// reader's stack, which idles for the session's life.
+				wire.OffStack(func() { err = g.handleFrame(ctx, s, f) })
+			}
 		}
 		var pe *protocolError
 		switch {

@@ -80,3 +80,20 @@ func ReadFrame(r io.Reader, buf []byte) (*agentv1.Frame, []byte, error) {
 	}
 	return f, buf, nil
 }
+
+// OffStack runs f on a goroutine of its own and waits for it. A session's
+// reader lives as long as the session and spends it blocked in a read with
+// a shallow stack; the TLS handshake, an inventory report or a store
+// transaction grow a goroutine's stack to tens of KiB, and the runtime
+// shrinks a stack only at a garbage collection. Doing that work on a
+// goroutine that ends keeps every idle reader's stack small, which is most
+// of a session's memory with ten thousand of them in one process (the
+// gateway, or bcd sim).
+func OffStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
