@@ -38,7 +38,10 @@ func TestScaleInvariants(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()
 		ctx := t.Context()
-		f := newFleetWith(t, engine, time.Second)
+		// The default heartbeat: under the race detector, beside the other
+		// tests, a shorter one can starve past its 3 intervals, which the
+		// invariants would rightly count as a node taken for unreachable.
+		f := newFleetWith(t, engine, 5*time.Second)
 		f.cli("pools", "create", "scale")
 		var jt struct{ Secret, GatewayURL string }
 		if err := json.Unmarshal([]byte(f.cli("join-tokens", "create", "--pool", "scale", "--uses", strconv.Itoa(scaleAgents), "--ttl", "1h", "-o", "json")), &jt); err != nil {
