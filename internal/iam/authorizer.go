@@ -140,7 +140,7 @@ func (a *Authorizer) engineAt(ctx context.Context, epoch int64) (*Engine, error)
 		if e := a.engine.Load(); e != nil && e.epoch >= epoch {
 			return e, nil
 		}
-		f, started := a.joinFlight(ctx)
+		f, started := a.joinFlight(ctx, epoch)
 		select {
 		case <-f.done:
 		case <-ctx.Done():
@@ -163,12 +163,20 @@ func (a *Authorizer) engineAt(ctx context.Context, epoch int64) (*Engine, error)
 }
 
 // joinFlight returns the load in progress, starting one if there is none;
-// started reports whether this call started it.
-func (a *Authorizer) joinFlight(ctx context.Context) (f *flight, started bool) {
+// started reports whether this call started it. A load that ended since the
+// caller looked may already have installed an engine at epoch: then it
+// returns that, done, instead of loading again (a load installs its engine
+// before it leaves the flight).
+func (a *Authorizer) joinFlight(ctx context.Context, epoch int64) (f *flight, started bool) {
 	a.flightMu.Lock()
 	defer a.flightMu.Unlock()
 	if a.flight != nil {
 		return a.flight, false
+	}
+	if e := a.engine.Load(); e != nil && e.epoch >= epoch {
+		f = &flight{done: make(chan struct{}), eng: e}
+		close(f.done)
+		return f, false
 	}
 	f = &flight{done: make(chan struct{})}
 	a.flight = f
