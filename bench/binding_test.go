@@ -63,20 +63,7 @@ func BenchmarkPlaceToBound(b *testing.B) {
 		start := time.Now()
 		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
 		await(b, apiURL, n, start, 5*time.Minute)
-		for free := 0; free < 8*n; {
-			res, err := admin.Pools.GetPool(ctx, connect.NewRequest(&apiv1.GetPoolRequest{Name: "bench"}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			free = 0
-			for _, c := range res.Msg.GetPool().GetFreeGpus() {
-				free += int(c)
-			}
-			if time.Since(start) > 5*time.Minute {
-				b.Fatalf("only %d of %d GPUs free after 5 minutes", free, 8*n)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		awaitFree(b, admin, "bench", 8*n, start, 5*time.Minute)
 
 		// Place at the rate, each call in its own goroutine so that a slow
 		// one does not hold back the schedule.

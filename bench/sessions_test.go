@@ -139,8 +139,12 @@ func BenchmarkSessions(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The agents join a pool, so that "schedulable" can be measured.
+		if _, err := admin.Pools.CreatePool(context.Background(), connect.NewRequest(&apiv1.CreatePoolRequest{Name: "bench"})); err != nil {
+			b.Fatal(err)
+		}
 		jt, err := admin.JoinTokens.CreateJoinToken(context.Background(), connect.NewRequest(&apiv1.CreateJoinTokenRequest{
-			MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
+			Pool: "bench", MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -167,7 +171,25 @@ func BenchmarkSessions(b *testing.B) {
 		}
 		checkFleet(b, admin, apiURL, fleet)
 
+		// Cold start: the control plane and the joined agents all stop,
+		// then start together; done when every agent is connected and
+		// every GPU is free to place on.
+		fleet.stop()
+		srv.stop()
+		cold := time.Now()
+		srv, apiURL = startServe(b, dir, gateway)
+		b.Cleanup(srv.stop)
+		fleet = startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
+		await(b, apiURL, n, cold, 5*time.Minute)
+		if admin, err = client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))}); err != nil {
+			b.Fatal(err)
+		}
+		awaitFree(b, admin, "bench", 8*n, cold, 5*time.Minute)
+		coldStart := time.Since(cold)
+		checkFleet(b, admin, apiURL, fleet)
+
 		record(b, fmt.Sprintf("sessions-%d", n), map[string]float64{
+			"cold-start-s":       coldStart.Seconds(),
 			"first-join-s":       joined.Seconds(),
 			"joins/s":            float64(n) / joined.Seconds(),
 			"server-KiB/session": float64(rss1-rss0) / float64(n),
@@ -211,6 +233,34 @@ func startSims(b *testing.B, n int, gateway, token, dir string) *simFleet {
 		f.procs, f.dirs, f.agents = append(f.procs, p), append(f.dirs, simDir), append(f.agents, share)
 	}
 	return f
+}
+
+// stop stops every simulator.
+func (f *simFleet) stop() {
+	for _, p := range f.procs {
+		p.stop()
+	}
+}
+
+// awaitFree polls until pool has want GPUs free to place on.
+func awaitFree(b *testing.B, c *client.Client, pool string, want int, start time.Time, within time.Duration) {
+	for {
+		res, err := c.Pools.GetPool(context.Background(), connect.NewRequest(&apiv1.GetPoolRequest{Name: pool}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		free := 0
+		for _, n := range res.Msg.GetPool().GetFreeGpus() {
+			free += int(n)
+		}
+		if free >= want {
+			return
+		}
+		if time.Since(start) > within {
+			b.Fatalf("only %d of %d GPUs free after %s", free, want, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // rssKiB is the simulators' resident set size, together.
