@@ -76,8 +76,12 @@ func sessions(apiURL string) int {
 // gateway port, so that a restart keeps the address nodes dial.
 func startServe(b *testing.B, dir, gateway string) (*process, string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, binary(b), "serve", "--store", "sqlite:"+filepath.Join(dir, "bc.db"),
-		"--listen", "127.0.0.1:0", "--gateway-listen", gateway, "--data-dir", dir, "--log-level", "info")
+	args := []string{"serve", "--store", "sqlite:" + filepath.Join(dir, "bc.db"),
+		"--listen", "127.0.0.1:0", "--gateway-listen", gateway, "--data-dir", dir, "--log-level", "info"}
+	if addr := os.Getenv("BENCH_DEBUG_LISTEN"); addr != "" {
+		args = append(args, "--debug-listen", addr) // profile the server while the benchmark runs
+	}
+	cmd := exec.CommandContext(ctx, binary(b), args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		b.Fatal(err)
