@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,9 +192,12 @@ func BenchmarkSessions(b *testing.B) {
 		awaitFree(b, admin, "bench", 8*n, cold, 5*time.Minute)
 		coldStart := time.Since(cold)
 		checkFleet(b, admin, apiURL, fleet)
+		revocation := revocations(b, admin, apiURL, min(100, n))
 
 		record(b, fmt.Sprintf("sessions-%d", n), map[string]float64{
 			"cold-start-s":       coldStart.Seconds(),
+			"revocation-p50-ms":  float64(revocation[len(revocation)/2].Microseconds()) / 1000,
+			"revocation-p99-ms":  float64(revocation[len(revocation)*99/100].Microseconds()) / 1000,
 			"first-join-s":       joined.Seconds(),
 			"joins/s":            float64(n) / joined.Seconds(),
 			"server-KiB/session": float64(rss1-rss0) / float64(n),
@@ -237,6 +241,56 @@ func startSims(b *testing.B, n int, gateway, token, dir string) *simFleet {
 		f.procs, f.dirs, f.agents = append(f.procs, p), append(f.dirs, simDir), append(f.agents, share)
 	}
 	return f
+}
+
+// revocations revokes k nodes one at a time through the API and returns,
+// sorted, how long each took from the call to its session's end (the
+// gateway's session_closes_total{reason="revoked"} counting it).
+func revocations(b *testing.B, c *client.Client, apiURL string, k int) []time.Duration {
+	nodes, err := c.Nodes.ListNodes(context.Background(), connect.NewRequest(&apiv1.ListNodesRequest{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	closed := func() int {
+		return int(metric(b, apiURL, `bettercompute_gateway_session_closes_total{reason="revoked"}`))
+	}
+	before := closed()
+	out := make([]time.Duration, 0, k)
+	for i, n := range nodes.Msg.GetNodes()[:k] {
+		start := time.Now()
+		if _, err := c.Nodes.RevokeNode(context.Background(), connect.NewRequest(&apiv1.RevokeNodeRequest{Id: n.GetId()})); err != nil {
+			b.Fatal(err)
+		}
+		if d := time.Since(start); d > time.Second {
+			b.Logf("revoking %s: the API call alone took %s", n.GetId(), d)
+		}
+		for closed() < before+i+1 {
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("node %s's session still open 10 s after its revocation", n.GetId())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// metric reads one series of the server's metrics; 0 when absent.
+func metric(b *testing.B, apiURL, series string) float64 {
+	res, err := http.Get(apiURL + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }
 
 // stop stops every simulator.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,11 +56,18 @@ type gwOptions struct {
 	join      bool // serve a real JoinService
 }
 
-// countingStore records the TouchNodes calls the gateway makes.
+// countingStore records the TouchNodes calls the gateway makes, and can
+// make its transactions slow, as a loaded store's are.
 type countingStore struct {
 	storeAPI
 	mu      sync.Mutex // guards touches
 	touches [][]string
+	slowTx  atomic.Int64 // nanoseconds each InTx waits before it runs
+}
+
+func (c *countingStore) InTx(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error {
+	time.Sleep(time.Duration(c.slowTx.Load()))
+	return c.storeAPI.InTx(ctx, fn)
 }
 
 func (c *countingStore) TouchNodes(ctx context.Context, ids []string) ([]string, error) {

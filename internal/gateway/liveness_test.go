@@ -229,3 +229,37 @@ func TestStatusReport(t *testing.T) {
 		}
 	})
 }
+
+// A report the store takes many heartbeat intervals to take in keeps the
+// reader away from the node's heartbeats; that silence is the gateway's,
+// and the session stays open.
+func TestSlowStoreIsNotSilence(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		b := setupGateway(t, engine, gwOptions{interval: 100 * time.Millisecond})
+		n := b.newNode(t, "gpu-01")
+		f, _ := b.connect(t, n, nil)
+		b.counted.slowTx.Store(int64(time.Second)) // 10 intervals
+		f.send(&agentv1.Frame{Kind: &agentv1.Frame_StatusReport{StatusReport: &agentv1.StatusReport{
+			Sections: []*agentv1.InventorySection{section("host", &agentv1.Inventory{Host: &agentv1.Host{Hostname: "gpu-01"}})},
+		}}})
+		stop := time.After(1500 * time.Millisecond)
+		for beat := time.Tick(50 * time.Millisecond); ; {
+			select {
+			case <-beat:
+				f.heartbeat()
+				continue
+			case <-stop:
+			}
+			break
+		}
+		b.counted.slowTx.Store(0)
+		if got := b.metric(t, "bettercompute_gateway_session_closes_total", "silent"); got != 0 {
+			t.Errorf("the gateway ended %v sessions as silent while the node kept sending heartbeats", got)
+		}
+		f.heartbeat() // the session is still up
+		if !b.gw.Connected(n.id) {
+			t.Error("the session ended while the store was slow")
+		}
+	})
+}

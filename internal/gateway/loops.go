@@ -18,7 +18,8 @@ const revocationSweep = 500 * time.Millisecond
 
 // heartbeatLoop is the one ticker of all sessions: each interval it sends
 // every session a heartbeat and ends the sessions silent for
-// SilentIntervals intervals. A shared ticker instead of a read deadline per
+// SilentIntervals intervals; a session whose reader is busy handling a
+// frame is not silent, since its node's frames wait on the gateway. A shared ticker instead of a read deadline per
 // session keeps timers out of the per-session cost; the price is that a
 // silent session ends between 3 and 4 intervals after its last frame.
 func (g *Gateway) heartbeatLoop(ctx context.Context) {
@@ -42,7 +43,7 @@ func (g *Gateway) heartbeatLoop(ctx context.Context) {
 		live = slices.AppendSeq(live[:0], maps.Values(g.sessions))
 		g.mu.Unlock()
 		for _, s := range live {
-			if s.lastHeard.Load() < cutoff {
+			if s.lastHeard.Load() < cutoff && !s.handling.Load() {
 				g.log.Info("gateway: node silent; ending its session", "node", s.nodeID, "intervals", SilentIntervals)
 				s.mu.Lock()
 				if !s.closing {

@@ -46,6 +46,9 @@ type session struct {
 	// lastHeard is when a frame was last read, in Unix nanoseconds by this
 	// process's clock (a local deadline, not a stored time).
 	lastHeard atomic.Int64
+	// handling is set while the reader handles a frame: the session is
+	// not silent then, whatever lastHeard says.
+	handling atomic.Bool
 	// registered is set once, under g.mu, when the session became its
 	// node's live session; it decides whether teardown lowers the gauge.
 	registered bool

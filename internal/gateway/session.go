@@ -272,7 +272,14 @@ func (g *Gateway) readLoop(ctx context.Context, s *session) {
 			} else {
 				// Store work runs deep (SQLite); keep it off the
 				// reader's stack, which idles for the session's life.
+				// While the store keeps this reader busy, the node's
+				// heartbeats wait unread in the connection: that silence
+				// is the gateway's and must not count against the node,
+				// or a loaded gateway would end live sessions.
+				s.handling.Store(true)
 				wire.OffStack(func() { err = g.handleFrame(ctx, s, f) })
+				s.lastHeard.Store(time.Now().UnixNano())
+				s.handling.Store(false)
 			}
 		}
 		var pe *protocolError
