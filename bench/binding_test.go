@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +15,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/better-compute/better-compute/client"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/internal/fleetcheck"
 )
@@ -36,33 +33,16 @@ func BenchmarkPlaceToBound(b *testing.B) {
 	rate := envInt("BENCH_RATE", 50)
 	total := envInt("BENCH_PLACEMENTS", 500)
 	dir := b.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gateway := ln.Addr().String()
-	ln.Close()
+	gateway := gatewayAddr(b)
 	ctx := context.Background()
 
 	for range b.N {
-		srv, apiURL := startServe(b, dir, gateway)
-		b.Cleanup(srv.stop)
-		token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
-		admin, err := client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := admin.Pools.CreatePool(ctx, connect.NewRequest(&apiv1.CreatePoolRequest{Name: "bench"})); err != nil {
-			b.Fatal(err)
-		}
-		jt, err := admin.JoinTokens.CreateJoinToken(ctx, connect.NewRequest(&apiv1.CreateJoinTokenRequest{
-			Pool: "bench", MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
-		if err != nil {
-			b.Fatal(err)
-		}
+		s := startBenchServer(b, dir, gateway, n)
+		b.Cleanup(s.srv.stop)
+		admin := s.admin
 		start := time.Now()
-		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
-		await(b, apiURL, n, start, 5*time.Minute)
+		fleet := startSims(b, n, s.joinURL, s.joinToken, dir)
+		await(b, s.url, n, start, 5*time.Minute)
 		awaitFree(b, admin, "bench", 8*n, start, 5*time.Minute)
 
 		// Place at the rate, each call in its own goroutine so that a slow
@@ -122,7 +102,7 @@ func BenchmarkPlaceToBound(b *testing.B) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		checkFleet(b, admin, apiURL, fleet)
+		checkFleet(b, s, fleet)
 		slices.Sort(lat)
 		slices.Sort(creates)
 		record(b, fmt.Sprintf("place-to-bound-%d", n), map[string]float64{
@@ -148,7 +128,7 @@ func envInt(name string, def int) int {
 // the run (fleetcheck): numbers from a fleet that double-booked a GPU or
 // lost a node mean nothing. A release or binding may still be on its way,
 // so it waits a little for a consistent fleet.
-func checkFleet(b *testing.B, c *client.Client, apiURL string, fleet *simFleet) {
+func checkFleet(b *testing.B, s *benchServer, fleet *simFleet) {
 	dirs := map[string]string{}
 	for i, dir := range fleet.dirs {
 		d, err := fleetcheck.SimCDIDirs(dir, fleet.agents[i])
@@ -157,7 +137,7 @@ func checkFleet(b *testing.B, c *client.Client, apiURL string, fleet *simFleet) 
 		}
 		maps.Copy(dirs, d)
 	}
-	check := fleetcheck.Fleet{Client: c, ServerURL: apiURL, CDIDirs: dirs}
+	check := fleetcheck.Fleet{Client: s.admin, ServerURL: s.url, CDIDirs: dirs}
 	var violations []string
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {

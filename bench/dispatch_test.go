@@ -3,19 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/better-compute/better-compute/client"
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
 
@@ -33,30 +27,16 @@ func BenchmarkDispatch(b *testing.B) {
 	rate := envInt("BENCH_RATE", 1000)
 	total := envInt("BENCH_COMMANDS", 5000)
 	dir := b.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gateway := ln.Addr().String()
-	ln.Close()
+	gateway := gatewayAddr(b)
 	ctx := context.Background()
 
 	for range b.N {
-		srv, apiURL := startServe(b, dir, gateway)
-		b.Cleanup(srv.stop)
-		token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
-		admin, err := client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		jt, err := admin.JoinTokens.CreateJoinToken(ctx, connect.NewRequest(&apiv1.CreateJoinTokenRequest{
-			MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
-		if err != nil {
-			b.Fatal(err)
-		}
+		s := startBenchServer(b, dir, gateway, n)
+		b.Cleanup(s.srv.stop)
+		admin := s.admin
 		start := time.Now()
-		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
-		await(b, apiURL, n, start, 5*time.Minute)
+		fleet := startSims(b, n, s.joinURL, s.joinToken, dir)
+		await(b, s.url, n, start, 5*time.Minute)
 		time.Sleep(5 * time.Second) // the first reports settle
 		nodes, err := admin.Nodes.ListNodes(ctx, connect.NewRequest(&apiv1.ListNodesRequest{}))
 		if err != nil {
@@ -122,7 +102,7 @@ func BenchmarkDispatch(b *testing.B) {
 			}
 			time.Sleep(time.Second)
 		}
-		checkFleet(b, admin, apiURL, fleet)
+		checkFleet(b, s, fleet)
 		slices.Sort(rtt)
 		record(b, fmt.Sprintf("dispatch-%d", n), map[string]float64{
 			"commands/s": float64(total) / sending.Seconds(),

@@ -118,6 +118,64 @@ func await(b *testing.B, apiURL string, n int, start time.Time, within time.Dura
 	return time.Since(start)
 }
 
+// benchServer is a `better-compute serve` for a fleet benchmark, with its
+// admin client and a join token for BENCH_NODES agents into pool "bench",
+// so that their GPUs are schedulable.
+type benchServer struct {
+	srv        *process
+	url        string // the API
+	adminToken string
+	admin      *client.Client
+	joinURL    string // the gateway, as bcd join takes it
+	joinToken  string
+}
+
+// startBenchServer starts serve on dir's SQLite store with its gateway at
+// gateway, and makes the pool and a join token for n agents.
+func startBenchServer(b *testing.B, dir, gateway string, n int) *benchServer {
+	ctx := context.Background()
+	srv, url := startServe(b, dir, gateway)
+	token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
+	s := &benchServer{srv: srv, url: url, adminToken: strings.TrimSpace(string(token))}
+	s.connect(b)
+	if _, err := s.admin.Pools.CreatePool(ctx, connect.NewRequest(&apiv1.CreatePoolRequest{Name: "bench"})); err != nil {
+		b.Fatal(err)
+	}
+	jt, err := s.admin.JoinTokens.CreateJoinToken(ctx, connect.NewRequest(&apiv1.CreateJoinTokenRequest{
+		Pool: "bench", MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.joinURL, s.joinToken = jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret()
+	return s
+}
+
+// restart starts serve again on the same store and ports.
+func (s *benchServer) restart(b *testing.B, dir, gateway string) {
+	s.srv, s.url = startServe(b, dir, gateway)
+	b.Cleanup(s.srv.stop)
+	s.connect(b)
+}
+
+func (s *benchServer) connect(b *testing.B) {
+	admin, err := client.New(s.url, client.Options{Token: s.adminToken})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.admin = admin
+}
+
+// gatewayAddr picks a free loopback port for the gateway, kept across
+// restarts so that the agents come back to it.
+func gatewayAddr(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // BenchmarkSessions holds BENCH_NODES (default 1,000) real agents, run by
 // `bcd sim` in its own process, against one `better-compute serve` on
 // SQLite, and reports: the time for the first join and session of all of
@@ -125,74 +183,43 @@ func await(b *testing.B, apiURL string, n int, start time.Time, within time.Dura
 // the time for all sessions to return after the server restarts. Run it
 // once: -benchtime 1x.
 func BenchmarkSessions(b *testing.B) {
-	n := 1000
-	if v := os.Getenv("BENCH_NODES"); v != "" {
-		n, _ = strconv.Atoi(v)
-	}
+	n := envInt("BENCH_NODES", 1000)
 	dir := b.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gateway := ln.Addr().String()
-	ln.Close()
+	gateway := gatewayAddr(b)
 
 	for range b.N {
-		srv, apiURL := startServe(b, dir, gateway)
-		token, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
-		admin, err := client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		// The agents join a pool, so that "schedulable" can be measured.
-		if _, err := admin.Pools.CreatePool(context.Background(), connect.NewRequest(&apiv1.CreatePoolRequest{Name: "bench"})); err != nil {
-			b.Fatal(err)
-		}
-		jt, err := admin.JoinTokens.CreateJoinToken(context.Background(), connect.NewRequest(&apiv1.CreateJoinTokenRequest{
-			Pool: "bench", MaxUses: int32(n), Ttl: durationpb.New(time.Hour)}))
-		if err != nil {
-			b.Fatal(err)
-		}
+		s := startBenchServer(b, dir, gateway, n)
 		time.Sleep(time.Second) // let the idle server settle
-		rss0 := rssKiB(srv.cmd.Process.Pid)
+		rss0 := rssKiB(s.srv.cmd.Process.Pid)
 
 		start := time.Now()
-		fleet := startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
-		joined := await(b, apiURL, n, start, 5*time.Minute)
+		fleet := startSims(b, n, s.joinURL, s.joinToken, dir)
+		joined := await(b, s.url, n, start, 5*time.Minute)
 
 		time.Sleep(15 * time.Second) // several heartbeats: steady state
-		rss1 := rssKiB(srv.cmd.Process.Pid)
+		rss1 := rssKiB(s.srv.cmd.Process.Pid)
 		simRSS := fleet.rssKiB()
-		checkFleet(b, admin, apiURL, fleet)
+		checkFleet(b, s, fleet)
 
-		srv.stop()
+		s.srv.stop()
 		restart := time.Now()
-		srv, apiURL = startServe(b, dir, gateway)
-		b.Cleanup(srv.stop)
-		back := await(b, apiURL, n, restart, 5*time.Minute)
-		admin, err = client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		checkFleet(b, admin, apiURL, fleet)
+		s.restart(b, dir, gateway)
+		back := await(b, s.url, n, restart, 5*time.Minute)
+		checkFleet(b, s, fleet)
 
 		// Cold start: the control plane and the joined agents all stop,
 		// then start together; done when every agent is connected and
 		// every GPU is free to place on.
 		fleet.stop()
-		srv.stop()
+		s.srv.stop()
 		cold := time.Now()
-		srv, apiURL = startServe(b, dir, gateway)
-		b.Cleanup(srv.stop)
-		fleet = startSims(b, n, jt.Msg.GetGatewayUrl(), jt.Msg.GetSecret(), dir)
-		await(b, apiURL, n, cold, 5*time.Minute)
-		if admin, err = client.New(apiURL, client.Options{Token: strings.TrimSpace(string(token))}); err != nil {
-			b.Fatal(err)
-		}
-		awaitFree(b, admin, "bench", 8*n, cold, 5*time.Minute)
+		s.restart(b, dir, gateway)
+		fleet = startSims(b, n, s.joinURL, s.joinToken, dir)
+		await(b, s.url, n, cold, 5*time.Minute)
+		awaitFree(b, s.admin, "bench", 8*n, cold, 5*time.Minute)
 		coldStart := time.Since(cold)
-		checkFleet(b, admin, apiURL, fleet)
-		revocation := revocations(b, admin, apiURL, min(100, n))
+		checkFleet(b, s, fleet)
+		revocation := revocations(b, s.admin, s.url, min(100, n))
 
 		record(b, fmt.Sprintf("sessions-%d", n), map[string]float64{
 			"cold-start-s":       coldStart.Seconds(),
