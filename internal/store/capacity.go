@@ -299,6 +299,11 @@ type placer interface {
 	// reservation and have at least minFree GPUs of modelKey ("" for any)
 	// free, fewest free first, then by id.
 	pickNodes(ctx context.Context, poolTenant, pool, modelKey string, minFree, limit int) ([]nodeFree, error)
+	// pickFirst returns the first node pickNodes would, with minFree
+	// GPUs, and up to minFree of its free GPUs by index; a zero nodeFree
+	// when none fits. It is the placement on one node in as few round
+	// trips as the engine allows.
+	pickFirst(ctx context.Context, poolTenant, pool, modelKey string, minFree int) (nodeFree, []bookedDevice, error)
 	// nodeFreeDevices returns up to limit free GPUs of modelKey ("" for
 	// any) on the node, by index.
 	nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error)
@@ -348,11 +353,22 @@ func placeReservation(ctx context.Context, e placer, p Placement) (Reservation, 
 // what is free. It reads node_free's index in order and the chosen nodes'
 // GPUs, never the whole pool.
 func chooseDevices(ctx context.Context, e placer, p Placement) (string, []bookedDevice, error) {
-	minFree, limit := 1, p.GPUs // each node gives at least one
-	if p.SameNode {
-		minFree, limit = p.GPUs, 1
+	byUUID := func(a, b bookedDevice) int { return strings.Compare(a.uuid, b.uuid) }
+	if p.SameNode || p.GPUs == 1 {
+		n, chosen, err := e.pickFirst(ctx, p.PoolTenant, p.Pool, p.ModelKey, p.GPUs)
+		switch {
+		case err != nil:
+			return "", nil, err
+		case n.nodeID == "":
+			return "", nil, exhausted(ctx, e, p)
+		case len(chosen) != p.GPUs:
+			return "", nil, fmt.Errorf("node %s counts %d free GPUs but has %d: the free counts disagree with the bookings", n.nodeID, n.free, len(chosen))
+		}
+		slices.SortFunc(chosen, byUUID)
+		return n.nodeID, chosen, nil
 	}
-	nodes, err := e.pickNodes(ctx, p.PoolTenant, p.Pool, p.ModelKey, minFree, limit)
+	// Spread over nodes: each gives at least one.
+	nodes, err := e.pickNodes(ctx, p.PoolTenant, p.Pool, p.ModelKey, 1, p.GPUs)
 	if err != nil {
 		return "", nil, err
 	}
@@ -376,7 +392,7 @@ func chooseDevices(ctx context.Context, e placer, p Placement) (string, []booked
 	if len(chosen) < p.GPUs {
 		return "", nil, exhausted(ctx, e, p)
 	}
-	slices.SortFunc(chosen, func(a, b bookedDevice) int { return strings.Compare(a.uuid, b.uuid) })
+	slices.SortFunc(chosen, byUUID)
 	if len(used) == 1 {
 		return used[0], chosen, nil
 	}

@@ -212,6 +212,20 @@ func (p pgQuerier) pickNodes(ctx context.Context, poolTenant, pool, modelKey str
 	return out, nil
 }
 
+func (p pgQuerier) pickFirst(ctx context.Context, poolTenant, pool, modelKey string, minFree int) (nodeFree, []bookedDevice, error) {
+	rows, err := p.q.PickNodeDevices(ctx, pgdb.PickNodeDevicesParams{
+		PoolTenant: poolTenant, Pool: pool, ModelKey: modelKey, MinFree: int32(minFree), Lim: int32(minFree),
+	})
+	if err != nil || len(rows) == 0 {
+		return nodeFree{}, nil, pgClassify(err)
+	}
+	devs := make([]bookedDevice, len(rows))
+	for i, r := range rows {
+		devs[i] = bookedDevice{uuid: r.Uuid, nodeID: r.NodeID, modelKey: r.ModelKey}
+	}
+	return nodeFree{nodeID: rows[0].NodeID, free: int(rows[0].Free)}, devs, nil
+}
+
 func (p pgQuerier) nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error) {
 	rows, err := p.q.NodeFreeDevices(ctx, pgdb.NodeFreeDevicesParams{NodeID: nodeID, ModelKey: modelKey, Lim: int32(limit)})
 	if err != nil {

@@ -208,6 +208,17 @@ func (s sqliteQuerier) pickNodes(ctx context.Context, poolTenant, pool, modelKey
 	return out, nil
 }
 
+// pickFirst is two statements: SQLite has no LATERAL join, and a round
+// trip costs nothing in-process.
+func (s sqliteQuerier) pickFirst(ctx context.Context, poolTenant, pool, modelKey string, minFree int) (nodeFree, []bookedDevice, error) {
+	nodes, err := s.pickNodes(ctx, poolTenant, pool, modelKey, minFree, 1)
+	if err != nil || len(nodes) == 0 {
+		return nodeFree{}, nil, err
+	}
+	devs, err := s.nodeFreeDevices(ctx, nodes[0].nodeID, modelKey, minFree)
+	return nodes[0], devs, err
+}
+
 func (s sqliteQuerier) nodeFreeDevices(ctx context.Context, nodeID, modelKey string, limit int) ([]bookedDevice, error) {
 	rows, err := s.q.NodeFreeDevices(ctx, sqlitedb.NodeFreeDevicesParams{NodeID: nodeID, ModelKey: modelKey, Lim: int64(limit)})
 	if err != nil {

@@ -739,6 +739,71 @@ func (q *Queries) OfferPool(ctx context.Context, arg OfferPoolParams) error {
 	return err
 }
 
+const pickNodeDevices = `-- name: PickNodeDevices :many
+SELECT d.uuid, d.node_id, d.model_key, n.free FROM (
+    SELECT f.node_id, f.free FROM node_free f
+    WHERE f.tenant = $1 AND f.pool = $2 AND f.model_key = $3
+      AND f.eligible AND f.free >= $4
+    ORDER BY f.free, f.node_id
+    LIMIT 1
+) n
+CROSS JOIN LATERAL (
+    SELECT dv.uuid, dv.node_id, dv.model_key FROM devices dv
+    WHERE dv.node_id = n.node_id AND (dv.model_key = $3 OR $3 = '')
+      AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = dv.uuid)
+    ORDER BY dv.idx, dv.uuid
+    LIMIT $5
+) d
+`
+
+type PickNodeDevicesParams struct {
+	PoolTenant string
+	Pool       string
+	ModelKey   string
+	MinFree    int32
+	Lim        int32
+}
+
+type PickNodeDevicesRow struct {
+	Uuid     string
+	NodeID   string
+	ModelKey string
+	Free     int32
+}
+
+// PickNodes' first node with up to lim of its free GPUs, in one round trip:
+// the common placement (on one node) reads what it books at once.
+func (q *Queries) PickNodeDevices(ctx context.Context, arg PickNodeDevicesParams) ([]PickNodeDevicesRow, error) {
+	rows, err := q.db.Query(ctx, pickNodeDevices,
+		arg.PoolTenant,
+		arg.Pool,
+		arg.ModelKey,
+		arg.MinFree,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PickNodeDevicesRow
+	for rows.Next() {
+		var i PickNodeDevicesRow
+		if err := rows.Scan(
+			&i.Uuid,
+			&i.NodeID,
+			&i.ModelKey,
+			&i.Free,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pickNodes = `-- name: PickNodes :many
 SELECT node_id, free FROM node_free
 WHERE tenant = $1 AND pool = $2 AND model_key = $3

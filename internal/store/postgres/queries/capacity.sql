@@ -177,3 +177,21 @@ JOIN devices d ON d.uuid = b.device_uuid
 JOIN reservations r ON r.id = b.reservation_id
 WHERE d.node_id = sqlc.arg(node_id)
 ORDER BY b.reservation_id, b.device_uuid;
+
+-- name: PickNodeDevices :many
+-- PickNodes' first node with up to lim of its free GPUs, in one round trip:
+-- the common placement (on one node) reads what it books at once.
+SELECT d.uuid, d.node_id, d.model_key, n.free FROM (
+    SELECT f.node_id, f.free FROM node_free f
+    WHERE f.tenant = sqlc.arg(pool_tenant) AND f.pool = sqlc.arg(pool) AND f.model_key = sqlc.arg(model_key)
+      AND f.eligible AND f.free >= sqlc.arg(min_free)
+    ORDER BY f.free, f.node_id
+    LIMIT 1
+) n
+CROSS JOIN LATERAL (
+    SELECT dv.uuid, dv.node_id, dv.model_key FROM devices dv
+    WHERE dv.node_id = n.node_id AND (dv.model_key = sqlc.arg(model_key) OR sqlc.arg(model_key) = '')
+      AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_uuid = dv.uuid)
+    ORDER BY dv.idx, dv.uuid
+    LIMIT sqlc.arg(lim)
+) d;
