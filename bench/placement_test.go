@@ -79,19 +79,16 @@ func envInts(b *testing.B, env string, def []int) []int {
 // serialization failures, SQLITE_BUSY), counted from the store's log.
 //
 // The pool is seeded once per engine and fleet, a thousand nodes per
-// transaction, and its seed time logged. The PostgreSQL half skips unless
-// BETTER_COMPUTE_TEST_POSTGRES_URL names a server it may create databases
-// on. Run it with a count: -benchtime 2000x.
+// transaction, and its seed time logged. The PostgreSQL half needs
+// BETTER_COMPUTE_TEST_POSTGRES_URL, as the tests do (storetest decides, and
+// BETTER_COMPUTE_REQUIRE_POSTGRES=1 makes its absence a failure). Run it
+// with -benchtime 5s.
 func BenchmarkPlacement(b *testing.B) {
 	fleets := placementFleets(b)
 	asks := envInts(b, "BENCH_PLACEMENT_ASKS", []int{1, 8})
 	placers := envInts(b, "BENCH_PLACERS", []int{1, 8})
 	for _, engine := range []store.Engine{store.EngineSQLite, store.EnginePostgres} {
 		b.Run(string(engine), func(b *testing.B) {
-			if engine == store.EnginePostgres && os.Getenv(storetest.PostgresURLEnv) == "" {
-				b.Skipf("%s is unset; set it to a PostgreSQL server the benchmark may create databases on, "+
-					"e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", storetest.PostgresURLEnv)
-			}
 			for _, f := range fleets {
 				// A parent benchmark runs once: the store and its seed
 				// outlive every sub-benchmark below, and go with it.

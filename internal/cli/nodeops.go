@@ -89,7 +89,7 @@ func newNodesLabelCommand(g *globals) *cobra.Command {
 		Long: "label sets KEY=VALUE labels on a node and removes KEY- ones. Keys under gpu.,\n" +
 			"cpu., numa. and memory. come from the node's inventory and cannot be changed.",
 		Example:           "  better-compute nodes label n-abc rack=r7 zone=a\n  better-compute nodes label n-abc zone-",
-		Args:              cobra.MinimumNArgs(2),
+		Args:              minArgs(2),
 		ValidArgsFunction: firstArg(completeNodes(g)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Id = args[0]

@@ -73,6 +73,7 @@ func TestPoolLifecycle(t *testing.T) {
 	admin.fails(t, "not found", "nodes", "label", "n-nosuch", "rack=r7")
 	admin.fails(t, `"rack": use KEY=VALUE to set a label or KEY- to remove one`, "nodes", "label", "n-nosuch", "rack")
 	admin.fails(t, "which the node's inventory sets", "nodes", "label", "n-nosuch", "gpu.count=9")
+	admin.fails(t, "usage: better-compute nodes label ID KEY=VALUE", "nodes", "label", "n-nosuch")
 	admin.fails(t, "--wait -1s: give a positive duration", "nodes", "drain", "n-nosuch", "--wait", "-1s")
 	admin.do(t, &apiv1.CreatePoolResponse{}, "pools", "create", "spare")
 	admin.fails(t, "not found", "nodes", "adopt", "n-nosuch", "--pool", "spare")

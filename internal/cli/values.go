@@ -21,9 +21,16 @@ import (
 // exactArgs is cobra.ExactArgs with the fix added to its complaint: cobra says
 // only "accepts 1 arg(s), received 0", which does not tell what the argument
 // is.
-func exactArgs(n int) cobra.PositionalArgs {
+func exactArgs(n int) cobra.PositionalArgs { return withUsage(cobra.ExactArgs(n)) }
+
+// minArgs is cobra.MinimumNArgs with exactArgs' usage line.
+func minArgs(n int) cobra.PositionalArgs { return withUsage(cobra.MinimumNArgs(n)) }
+
+// withUsage makes check's error a usage error that shows the command's
+// usage line.
+func withUsage(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+		if err := check(cmd, args); err != nil {
 			// The error line already starts with the program's name.
 			path := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 			return usageErrorf("%s %v; usage: %s", path, err, cmd.UseLine())
