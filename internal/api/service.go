@@ -21,10 +21,14 @@ type base struct {
 // mutate runs fn and the audit event that records it in one transaction, so
 // a change is never without its record nor a record without its change. A
 // change that fails is still recorded, in its own transaction, with why.
+//
+// Concurrent calls share a transaction (store.InSharedTx), each in its own
+// savepoint: one commit for many, and placements in one pool queue behind
+// each other instead of failing on each other's serialization conflicts.
 func (b *base) mutate(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error {
 	call := callFrom(ctx)
 	call.audited = true
-	err := b.store.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+	err := b.store.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
 		if err := fn(ctx, q); err != nil {
 			return err
 		}

@@ -151,7 +151,7 @@ func checkClaim(claim *agentv1.AllocationClaim, a store.NodeAllocation) error {
 // it is.
 func (g *Gateway) bind(ctx context.Context, nodeID string, claims []*agentv1.AllocationClaim) error {
 	var bound, stale []string
-	err := g.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+	err := g.st.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
 		bound, stale = bound[:0], stale[:0]
 		for _, c := range claims {
 			r, err := q.BindReservation(ctx, c.GetReservationId(), nodeID)

@@ -101,6 +101,7 @@ type Config struct {
 type storeAPI interface {
 	store.Querier
 	InTx(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error
+	InSharedTx(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error
 }
 
 // Gateway holds the node sessions of one control-plane process. Create it

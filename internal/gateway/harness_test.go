@@ -62,12 +62,17 @@ type countingStore struct {
 	storeAPI
 	mu      sync.Mutex // guards touches
 	touches [][]string
-	slowTx  atomic.Int64 // nanoseconds each InTx waits before it runs
+	slowTx  atomic.Int64 // nanoseconds each transaction waits before it runs
 }
 
 func (c *countingStore) InTx(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error {
 	time.Sleep(time.Duration(c.slowTx.Load()))
 	return c.storeAPI.InTx(ctx, fn)
+}
+
+func (c *countingStore) InSharedTx(ctx context.Context, fn func(ctx context.Context, q store.Querier) error) error {
+	time.Sleep(time.Duration(c.slowTx.Load()))
+	return c.storeAPI.InSharedTx(ctx, fn)
 }
 
 func (c *countingStore) TouchNodes(ctx context.Context, ids []string) ([]string, error) {

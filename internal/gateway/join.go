@@ -207,7 +207,9 @@ func (s *JoinService) Join(ctx context.Context, req *connect.Request[agentv1.Joi
 	nodeID := pki.NewNodeID()
 	var node store.Node
 	var cert *x509.Certificate
-	err = s.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+	// Shared: the joins of one multi-use token all spend its one row, and
+	// in transactions of their own they fail on each other's updates.
+	err = s.st.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
 		tok, err := q.GetJoinToken(ctx, tokenID)
 		if errors.Is(err, store.ErrNotFound) {
 			return unknownJoinToken(tokenID, "", joinRefusedUnknown)

@@ -53,7 +53,7 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	}
 	gpus, syncDevices := decoded["gpus"]
 	devices := gpuDevices(s.nodeID, gpus)
-	err = g.st.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+	err = g.st.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
 		for _, sec := range sections {
 			if err := q.PutInventorySection(ctx, sec); err != nil {
 				return err

@@ -124,7 +124,7 @@ func connectCause(err error, timeout time.Duration) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
-func (e *pgEngine) autocommit() Querier { return pgQuerier{pgdb.New(e.pool)} }
+func (e *pgEngine) autocommit() Querier { return pgQuerier{q: pgdb.New(e.pool)} }
 
 // prepare does nothing: pgx prepares and caches each statement per
 // connection on its first use.
@@ -138,7 +138,7 @@ func (e *pgEngine) tx(ctx context.Context, fn func(ctx context.Context, q Querie
 	// Deferred, so that a panicking fn does not strand the connection in
 	// a transaction; a no-op after Commit.
 	defer rollback(ctx, tx)
-	if err := fn(ctx, pgQuerier{pgdb.New(tx)}); err != nil {
+	if err := fn(ctx, pgQuerier{q: pgdb.New(tx), tx: tx}); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -234,7 +234,18 @@ func (e *pgEngine) close() error {
 // pgQuerier implements Querier over PostgreSQL, on the pool or on one
 // transaction.
 type pgQuerier struct {
-	q *pgdb.Queries
+	q  *pgdb.Queries
+	tx pgx.Tx // nil outside a transaction
+}
+
+// savepoint runs one SAVEPOINT, RELEASE or ROLLBACK TO statement of the
+// transaction this querier is in (InSharedTx's isolation of its calls).
+func (p pgQuerier) savepoint(ctx context.Context, stmt string) error {
+	if p.tx == nil {
+		return errors.New("store: savepoint outside a transaction")
+	}
+	_, err := p.tx.Exec(ctx, stmt)
+	return err
 }
 
 func pgSetting(r pgdb.Setting) Setting {

@@ -125,6 +125,7 @@ type Store struct {
 	eng         engine
 	log         *slog.Logger
 	maxAttempts int
+	shared      sharedTx // InSharedTx's queue
 }
 
 // *Store answers every query on its own, outside any transaction.

@@ -110,6 +110,7 @@ func (u *user) start(args ...string) *server {
 	u.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-s.done
+		s.logErrors()
 	})
 	deadline := time.After(60 * time.Second)
 	for {
@@ -123,6 +124,19 @@ func (u *user) start(args ...string) *server {
 		case <-deadline:
 			u.t.Fatalf("%v did not serve within 60s:\n%s", args, s.output.String())
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// logErrors puts the server's error lines in the test log when the test
+// failed: an API error names only a request id, and the cause is here.
+func (s *server) logErrors() {
+	if !s.t.Failed() {
+		return
+	}
+	for line := range strings.Lines(s.output.String()) {
+		if strings.Contains(line, "level=ERROR") {
+			s.t.Log("server: " + strings.TrimSpace(line))
 		}
 	}
 }
