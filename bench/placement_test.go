@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,9 +68,11 @@ func envInts(b *testing.B, env string, def []int) []int {
 // pool of ready H100 nodes: for each fleet of BENCH_PLACEMENT_FLEETS
 // (default 1,000 nodes x 8 GPUs and 10,000 x 10), each request size of
 // BENCH_PLACEMENT_ASKS (default 1 GPU, and 8 GPUs on one node) and each
-// number of concurrent placers of BENCH_PLACERS (default 1 and 8). An op is
-// one placement, in its own transaction as the API runs it (InTx, and again
-// on ErrConflict). Placements run in rounds that fill at most 90% of the
+// number of concurrent placers of BENCH_PLACERS (default 1 and 8), and each
+// transaction mode of BENCH_PLACEMENT_TX (default both): "own" runs each
+// placement in a transaction of its own (InTx), "shared" as the API runs
+// it, in a transaction shared with the placements made at the same time
+// (InSharedTx); either runs again on ErrConflict. Placements run in rounds that fill at most 90% of the
 // pool; each round's reservations are released off the clock before the
 // next, so the pool fills up as in use but never runs out. It reports
 // placements/s (wall clock of the placement rounds, all placers together)
@@ -87,6 +90,7 @@ func BenchmarkPlacement(b *testing.B) {
 	fleets := placementFleets(b)
 	asks := envInts(b, "BENCH_PLACEMENT_ASKS", []int{1, 8})
 	placers := envInts(b, "BENCH_PLACERS", []int{1, 8})
+	modes := strings.Split(cmp.Or(os.Getenv("BENCH_PLACEMENT_TX"), "own,shared"), ",")
 	for _, engine := range []store.Engine{store.EngineSQLite, store.EnginePostgres} {
 		b.Run(string(engine), func(b *testing.B) {
 			for _, f := range fleets {
@@ -100,15 +104,20 @@ func BenchmarkPlacement(b *testing.B) {
 						}
 						b.Run(fmt.Sprintf("ask=%d", ask), func(b *testing.B) {
 							for _, p := range placers {
-								b.Run(fmt.Sprintf("placers=%d", p), func(b *testing.B) {
-									// Logged here, once: a parent
-									// benchmark's log is not shown.
-									if seeded != "" {
-										b.Logf("%s", seeded)
-										seeded = ""
+								for _, mode := range modes {
+									if p == 1 && mode == "shared" {
+										continue // alone, a shared transaction is its own
 									}
-									benchPlacements(b, s, retries, ask, p, f.nodes*(f.gpus/ask))
-								})
+									b.Run(fmt.Sprintf("placers=%d/tx=%s", p, mode), func(b *testing.B) {
+										// Logged here, once: a parent
+										// benchmark's log is not shown.
+										if seeded != "" {
+											b.Logf("%s", seeded)
+											seeded = ""
+										}
+										benchPlacements(b, s, retries, ask, p, f.nodes*(f.gpus/ask), mode == "shared")
+									})
+								}
 							}
 						})
 					}
@@ -196,8 +205,13 @@ var placementSeq atomic.Int64
 // than one) by placers concurrent placers, and times them alone: they run
 // in rounds that fit in the pool (slots placements of ask GPUs at most),
 // and the reservations of a round are released between rounds, off the
-// clock. retries counts the transactions InTx ran again.
-func benchPlacements(b *testing.B, s *store.Store, retries *atomic.Int64, ask, placers, slots int) {
+// clock. retries counts the transactions InTx ran again. shared runs each
+// placement with InSharedTx instead of InTx.
+func benchPlacements(b *testing.B, s *store.Store, retries *atomic.Int64, ask, placers, slots int, shared bool) {
+	inTx := s.InTx
+	if shared {
+		inTx = s.InSharedTx
+	}
 	ctx := context.Background()
 	now, err := s.Now(ctx)
 	if err != nil {
@@ -228,7 +242,7 @@ func benchPlacements(b *testing.B, s *store.Store, retries *atomic.Int64, ask, p
 					t0 := time.Now()
 					var err error
 					for {
-						err = s.InTx(ctx, func(ctx context.Context, q store.Querier) error {
+						err = inTx(ctx, func(ctx context.Context, q store.Querier) error {
 							_, err := q.PlaceReservation(ctx, p)
 							return err
 						})

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -180,8 +181,10 @@ func gatewayAddr(b *testing.B) string {
 // `bcd sim` in its own process, against one `better-compute serve` on
 // SQLite, and reports: the time for the first join and session of all of
 // them, the server's RSS per idle session (after 15 s of heartbeats), and
-// the time for all sessions to return after the server restarts. Run it
-// once: -benchtime 1x.
+// the time for all sessions to return after the server restarts. With
+// BENCH_SOAK (a duration such as 30m) it then holds the idle fleet that
+// long and reports how much the server's RSS grew, sampled each minute.
+// Run it once: -benchtime 1x.
 func BenchmarkSessions(b *testing.B) {
 	n := envInt("BENCH_NODES", 1000)
 	dir := b.TempDir()
@@ -200,6 +203,7 @@ func BenchmarkSessions(b *testing.B) {
 		rss1 := rssKiB(s.srv.cmd.Process.Pid)
 		simRSS := fleet.rssKiB()
 		checkFleet(b, s, fleet)
+		soak := soakGrowth(b, s, rss1)
 
 		s.srv.stop()
 		restart := time.Now()
@@ -230,8 +234,34 @@ func BenchmarkSessions(b *testing.B) {
 			"server-KiB/session": float64(rss1-rss0) / float64(n),
 			"sim-KiB/agent":      float64(simRSS) / float64(n),
 			"restart-return-s":   back.Seconds(),
+			"soak-growth-%":      soak,
 		})
 	}
+}
+
+// soakGrowth holds the fleet for BENCH_SOAK, logging the server's RSS each
+// minute, and returns its growth over the soak in percent of rss (0 when
+// BENCH_SOAK is unset). The caller checks the fleet after it.
+func soakGrowth(b *testing.B, s *benchServer, rss int64) float64 {
+	d, err := time.ParseDuration(cmp.Or(os.Getenv("BENCH_SOAK"), "0s"))
+	if err != nil {
+		b.Fatalf("BENCH_SOAK: %v", err)
+	}
+	if d <= 0 {
+		return 0
+	}
+	pid := s.srv.cmd.Process.Pid
+	end := time.Now().Add(d)
+	peak := rss
+	for time.Now().Before(end) {
+		time.Sleep(min(time.Minute, time.Until(end)))
+		now := rssKiB(pid)
+		peak = max(peak, now)
+		b.Logf("soak: %s left, server RSS %d KiB (%+.1f%%)", time.Until(end).Round(time.Second), now, 100*float64(now-rss)/float64(rss))
+	}
+	last := rssKiB(pid)
+	b.Logf("soak: server RSS %d KiB at the start, %d at the end, %d at the peak", rss, last, peak)
+	return 100 * float64(last-rss) / float64(rss)
 }
 
 // simFleet is the bcd sim processes of a benchmark, each with its own data
