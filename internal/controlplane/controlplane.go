@@ -20,6 +20,7 @@ import (
 
 	"github.com/better-compute/better-compute/internal/api"
 	"github.com/better-compute/better-compute/internal/capacity"
+	"github.com/better-compute/better-compute/internal/console"
 	"github.com/better-compute/better-compute/internal/gateway"
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
@@ -230,6 +231,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	mountProbes(mux, st, reg)
+	// The console calls the API in process, through the same mux and so the
+	// same authentication, authorization and audit as any client.
+	if err := console.Mount(mux, console.Config{API: mux, Logger: logger, Secure: tlsConfig != nil}); err != nil {
+		return err
+	}
 
 	srv := &http.Server{
 		Handler:           requestid.Middleware(mux),

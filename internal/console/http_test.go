@@ -1,0 +1,129 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestSessionHTTP checks, without a browser, what a browser relies on: the
+// session cookie's flags, the CSRF check on every form post, the redirect
+// of an unknown token to sign-in, and that the console shadows none of the
+// server's other paths.
+func TestSessionHTTP(t *testing.T) {
+	st := startStack(t)
+	hc := httpClient(t)
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		res, err := hc.Get(st.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	post := func(path string, form url.Values) (*http.Response, string) {
+		t.Helper()
+		res, err := hc.PostForm(st.url+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+
+	// Signed out, every page leads to sign-in.
+	if res, _ := get("/nodes"); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/sign-in" {
+		t.Fatalf("GET /nodes signed out: %d to %q, want 303 to /sign-in", res.StatusCode, res.Header.Get("Location"))
+	}
+	// The server's own paths are not the console's.
+	if res, body := get("/healthz"); res.StatusCode != http.StatusOK || strings.Contains(body, "<html") {
+		t.Errorf("GET /healthz: %d %q; the console must not shadow it", res.StatusCode, body)
+	}
+	if res, _ := get("/v1/nope"); res.StatusCode == http.StatusSeeOther {
+		t.Error("GET /v1/nope went to the console; /v1/ is the API's")
+	}
+
+	// A token the API refuses is refused with the API's reason.
+	res, body := post("/sign-in", url.Values{"token": {"bc_nope_nope"}})
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "The API refused this token") {
+		t.Fatalf("sign in with a bad token: %d, page %q", res.StatusCode, body)
+	}
+	if len(res.Cookies()) != 0 {
+		t.Errorf("a refused sign-in set cookies: %v", res.Cookies())
+	}
+
+	res, _ = post("/sign-in", url.Values{"token": {st.admin}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" {
+		t.Fatalf("sign in as admin: %d to %q, want 303 to /", res.StatusCode, res.Header.Get("Location"))
+	}
+	var session *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "bc_session" {
+			session = c
+		}
+	}
+	if session == nil || session.Value != st.admin || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/" || session.Secure {
+		t.Fatalf("session cookie %+v: want the token, HttpOnly, SameSite=Strict, Path=/, not Secure on plain HTTP", session)
+	}
+
+	res, body = get("/reservations")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /reservations signed in: %d", res.StatusCode)
+	}
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("the reservations page has no CSRF field")
+	}
+	form := url.Values{"pool": {"platform/default"}, "gpus": {"1"}, "hours": {"1"}}
+	// Without the CSRF token, or with another, the post changes nothing.
+	for _, csrf := range []string{"", strings.Repeat("0", len(m[1]))} {
+		form.Set("csrf", csrf)
+		if res, _ := post("/reservations", form); res.StatusCode != http.StatusForbidden {
+			t.Errorf("a reservation posted with CSRF token %q: %d, want 403", csrf, res.StatusCode)
+		}
+	}
+	if res, _ := post("/sign-out", url.Values{"csrf": {"x"}}); res.StatusCode != http.StatusForbidden {
+		t.Errorf("sign-out with a forged CSRF token: %d, want 403", res.StatusCode)
+	}
+	list, err := st.api.Reservations.ListReservations(t.Context(), connectReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.Msg.GetReservations()); n != 0 {
+		t.Fatalf("forged posts made %d reservations", n)
+	}
+	// With it, the post reserves and redirects (post, redirect, get).
+	form.Set("csrf", m[1])
+	if res, body := post("/reservations", form); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a reservation posted with the CSRF token: %d %s", res.StatusCode, body)
+	}
+	if _, body := get("/reservations"); !strings.Contains(body, "Reserved 1 GPUs as ") {
+		t.Error("the reservations page after reserving does not say so")
+	}
+
+	// Signing out clears the cookie; the pages lead to sign-in again.
+	if res, _ := post("/sign-out", url.Values{"csrf": {m[1]}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", res.StatusCode)
+	}
+	if res, _ := get("/"); res.Header.Get("Location") != "/sign-in" {
+		t.Errorf("after signing out, / leads to %q", res.Header.Get("Location"))
+	}
+
+	// A cookie whose token the API no longer knows ends at sign-in, with a
+	// message.
+	u, _ := url.Parse(st.url)
+	hc.Jar.SetCookies(u, []*http.Cookie{{Name: "bc_session", Value: "bc_unknown_token", Path: "/"}})
+	res, _ = get("/nodes")
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/sign-in?why=expired" {
+		t.Fatalf("GET /nodes with an unknown token: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if _, body := get("/sign-in?why=expired"); !strings.Contains(body, "Your session ended") {
+		t.Error("the sign-in page does not say why the session ended")
+	}
+}
