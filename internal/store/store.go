@@ -93,6 +93,7 @@ type Querier interface {
 	NodeQuerier
 	CapacityQuerier
 	UsageQuerier
+	EventQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.

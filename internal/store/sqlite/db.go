@@ -96,6 +96,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.deleteTenantStmt, err = db.PrepareContext(ctx, deleteTenant); err != nil {
 		return nil, fmt.Errorf("error preparing query DeleteTenant: %w", err)
 	}
+	if q.eventBoundsStmt, err = db.PrepareContext(ctx, eventBounds); err != nil {
+		return nil, fmt.Errorf("error preparing query EventBounds: %w", err)
+	}
 	if q.expireCommandsStmt, err = db.PrepareContext(ctx, expireCommands); err != nil {
 		return nil, fmt.Errorf("error preparing query ExpireCommands: %w", err)
 	}
@@ -179,6 +182,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.listAllPoliciesStmt, err = db.PrepareContext(ctx, listAllPolicies); err != nil {
 		return nil, fmt.Errorf("error preparing query ListAllPolicies: %w", err)
+	}
+	if q.listEventsStmt, err = db.PrepareContext(ctx, listEvents); err != nil {
+		return nil, fmt.Errorf("error preparing query ListEvents: %w", err)
 	}
 	if q.listGroupMembersStmt, err = db.PrepareContext(ctx, listGroupMembers); err != nil {
 		return nil, fmt.Errorf("error preparing query ListGroupMembers: %w", err)
@@ -269,6 +275,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.poolFreeStmt, err = db.PrepareContext(ctx, poolFree); err != nil {
 		return nil, fmt.Errorf("error preparing query PoolFree: %w", err)
+	}
+	if q.pruneEventsStmt, err = db.PrepareContext(ctx, pruneEvents); err != nil {
+		return nil, fmt.Errorf("error preparing query PruneEvents: %w", err)
 	}
 	if q.putInventorySectionStmt, err = db.PrepareContext(ctx, putInventorySection); err != nil {
 		return nil, fmt.Errorf("error preparing query PutInventorySection: %w", err)
@@ -473,6 +482,11 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing deleteTenantStmt: %w", cerr)
 		}
 	}
+	if q.eventBoundsStmt != nil {
+		if cerr := q.eventBoundsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing eventBoundsStmt: %w", cerr)
+		}
+	}
 	if q.expireCommandsStmt != nil {
 		if cerr := q.expireCommandsStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing expireCommandsStmt: %w", cerr)
@@ -611,6 +625,11 @@ func (q *Queries) Close() error {
 	if q.listAllPoliciesStmt != nil {
 		if cerr := q.listAllPoliciesStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing listAllPoliciesStmt: %w", cerr)
+		}
+	}
+	if q.listEventsStmt != nil {
+		if cerr := q.listEventsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listEventsStmt: %w", cerr)
 		}
 	}
 	if q.listGroupMembersStmt != nil {
@@ -761,6 +780,11 @@ func (q *Queries) Close() error {
 	if q.poolFreeStmt != nil {
 		if cerr := q.poolFreeStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing poolFreeStmt: %w", cerr)
+		}
+	}
+	if q.pruneEventsStmt != nil {
+		if cerr := q.pruneEventsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing pruneEventsStmt: %w", cerr)
 		}
 	}
 	if q.putInventorySectionStmt != nil {
@@ -956,6 +980,7 @@ type Queries struct {
 	deletePrincipalStmt          *sql.Stmt
 	deleteSettingStmt            *sql.Stmt
 	deleteTenantStmt             *sql.Stmt
+	eventBoundsStmt              *sql.Stmt
 	expireCommandsStmt           *sql.Stmt
 	expireReservationsStmt       *sql.Stmt
 	extendReservationStmt        *sql.Stmt
@@ -984,6 +1009,7 @@ type Queries struct {
 	listAllGroupMembersStmt      *sql.Stmt
 	listAllNodesStmt             *sql.Stmt
 	listAllPoliciesStmt          *sql.Stmt
+	listEventsStmt               *sql.Stmt
 	listGroupMembersStmt         *sql.Stmt
 	listGroupsStmt               *sql.Stmt
 	listInventorySectionsStmt    *sql.Stmt
@@ -1014,6 +1040,7 @@ type Queries struct {
 	pendingNodeCommandsStmt      *sql.Stmt
 	pickNodesStmt                *sql.Stmt
 	poolFreeStmt                 *sql.Stmt
+	pruneEventsStmt              *sql.Stmt
 	putInventorySectionStmt      *sql.Stmt
 	putPolicyStmt                *sql.Stmt
 	putSettingStmt               *sql.Stmt
@@ -1070,6 +1097,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		deletePrincipalStmt:          q.deletePrincipalStmt,
 		deleteSettingStmt:            q.deleteSettingStmt,
 		deleteTenantStmt:             q.deleteTenantStmt,
+		eventBoundsStmt:              q.eventBoundsStmt,
 		expireCommandsStmt:           q.expireCommandsStmt,
 		expireReservationsStmt:       q.expireReservationsStmt,
 		extendReservationStmt:        q.extendReservationStmt,
@@ -1098,6 +1126,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		listAllGroupMembersStmt:      q.listAllGroupMembersStmt,
 		listAllNodesStmt:             q.listAllNodesStmt,
 		listAllPoliciesStmt:          q.listAllPoliciesStmt,
+		listEventsStmt:               q.listEventsStmt,
 		listGroupMembersStmt:         q.listGroupMembersStmt,
 		listGroupsStmt:               q.listGroupsStmt,
 		listInventorySectionsStmt:    q.listInventorySectionsStmt,
@@ -1128,6 +1157,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		pendingNodeCommandsStmt:      q.pendingNodeCommandsStmt,
 		pickNodesStmt:                q.pickNodesStmt,
 		poolFreeStmt:                 q.poolFreeStmt,
+		pruneEventsStmt:              q.pruneEventsStmt,
 		putInventorySectionStmt:      q.putInventorySectionStmt,
 		putPolicyStmt:                q.putPolicyStmt,
 		putSettingStmt:               q.putSettingStmt,

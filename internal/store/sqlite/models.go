@@ -53,6 +53,16 @@ type DeviceBooking struct {
 	ReservationID string
 }
 
+type Event struct {
+	Seq       int64
+	Kind      string
+	Type      string
+	Tenant    string
+	Subject   string
+	Data      string
+	CreatedAt int64
+}
+
 type Group struct {
 	Tenant      string
 	Name        string
