@@ -27,7 +27,7 @@ func TestSchemaActions(t *testing.T) {
 		{[]string{"compute:reservations:create"}, []string{"Pool"}},
 		{[]string{"compute:reservations:get", "compute:reservations:extend", "compute:reservations:release"}, []string{"Reservation"}},
 		{[]string{"compute:reservations:list"}, []string{"Pool", "Tenant"}},
-		{[]string{"compute:usage:list", "compute:usage:export"}, []string{"Tenant"}},
+		{[]string{"compute:usage:list", "compute:usage:export", "compute:events:list"}, []string{"Tenant"}},
 		{[]string{"compute:system:read", "compute:tenants:create", "compute:tenants:list"}, []string{"System"}},
 		{[]string{"compute:groups:add-member", "compute:groups:remove-member"}, []string{"Group"}},
 		{[]string{"compute:policies:validate", "compute:policies:get-schema", "compute:audit:list"}, []string{"Tenant"}},
