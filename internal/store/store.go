@@ -8,11 +8,13 @@
 // postgres.go; sqlite_iam.go, postgres_iam.go for the identity queries;
 // sqlite_nodes.go, postgres_nodes.go for the node queries;
 // sqlite_capacity.go, postgres_capacity.go for pools and reservations;
-// sqlite_usage.go, postgres_usage.go for metered usage), which turn rows
+// sqlite_usage.go, postgres_usage.go for metered usage; sqlite_webhooks.go,
+// postgres_webhooks.go for webhooks), which turn rows
 // into domain types and errors into ErrNotFound and ErrConflict. The
 // conformance suite (conformance_test.go, iam_conformance_test.go,
 // nodes_conformance_test.go, capacity_conformance_test.go,
-// usage_conformance_test.go) runs every method on both engines.
+// usage_conformance_test.go, webhooks_conformance_test.go) runs every
+// method on both engines.
 //
 // Adding a query:
 //
@@ -94,6 +96,7 @@ type Querier interface {
 	CapacityQuerier
 	UsageQuerier
 	EventQuerier
+	WebhookQuerier
 }
 
 // Options tunes Open. The zero value is ready to use.

@@ -248,3 +248,31 @@ type UsageWindow struct {
 	Quantity      int64
 	CreatedAt     time.Time
 }
+
+type Webhook struct {
+	ID            string
+	Tenant        string
+	Url           string
+	Events        string
+	Secret        string
+	State         string
+	CursorSeq     int64
+	Attempts      int32
+	FailingSince  *time.Time
+	NextAttemptAt *time.Time
+	LeaseOwner    string
+	LeaseUntil    *time.Time
+	CreatedAt     time.Time
+}
+
+type WebhookDelivery struct {
+	ID         int64
+	WebhookID  string
+	EventSeq   int64
+	EventType  string
+	Attempt    int32
+	HttpStatus int32
+	Error      string
+	DurationUs int64
+	CreatedAt  time.Time
+}

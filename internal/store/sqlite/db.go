@@ -33,6 +33,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.advanceMeteredUntilStmt, err = db.PrepareContext(ctx, advanceMeteredUntil); err != nil {
 		return nil, fmt.Errorf("error preparing query AdvanceMeteredUntil: %w", err)
 	}
+	if q.advanceWebhookStmt, err = db.PrepareContext(ctx, advanceWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query AdvanceWebhook: %w", err)
+	}
 	if q.authenticateTokenStmt, err = db.PrepareContext(ctx, authenticateToken); err != nil {
 		return nil, fmt.Errorf("error preparing query AuthenticateToken: %w", err)
 	}
@@ -44,6 +47,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.bindReservationStmt, err = db.PrepareContext(ctx, bindReservation); err != nil {
 		return nil, fmt.Errorf("error preparing query BindReservation: %w", err)
+	}
+	if q.claimWebhookStmt, err = db.PrepareContext(ctx, claimWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query ClaimWebhook: %w", err)
 	}
 	if q.createCAStmt, err = db.PrepareContext(ctx, createCA); err != nil {
 		return nil, fmt.Errorf("error preparing query CreateCA: %w", err)
@@ -72,6 +78,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.createTokenStmt, err = db.PrepareContext(ctx, createToken); err != nil {
 		return nil, fmt.Errorf("error preparing query CreateToken: %w", err)
 	}
+	if q.createWebhookStmt, err = db.PrepareContext(ctx, createWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query CreateWebhook: %w", err)
+	}
 	if q.deleteGroupStmt, err = db.PrepareContext(ctx, deleteGroup); err != nil {
 		return nil, fmt.Errorf("error preparing query DeleteGroup: %w", err)
 	}
@@ -96,6 +105,18 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.deleteTenantStmt, err = db.PrepareContext(ctx, deleteTenant); err != nil {
 		return nil, fmt.Errorf("error preparing query DeleteTenant: %w", err)
 	}
+	if q.deleteWebhookStmt, err = db.PrepareContext(ctx, deleteWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteWebhook: %w", err)
+	}
+	if q.deleteWebhookDeliveriesStmt, err = db.PrepareContext(ctx, deleteWebhookDeliveries); err != nil {
+		return nil, fmt.Errorf("error preparing query DeleteWebhookDeliveries: %w", err)
+	}
+	if q.dueWebhooksStmt, err = db.PrepareContext(ctx, dueWebhooks); err != nil {
+		return nil, fmt.Errorf("error preparing query DueWebhooks: %w", err)
+	}
+	if q.enableWebhookStmt, err = db.PrepareContext(ctx, enableWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query EnableWebhook: %w", err)
+	}
 	if q.eventBoundsStmt, err = db.PrepareContext(ctx, eventBounds); err != nil {
 		return nil, fmt.Errorf("error preparing query EventBounds: %w", err)
 	}
@@ -110,6 +131,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.failInFlightCommandsStmt, err = db.PrepareContext(ctx, failInFlightCommands); err != nil {
 		return nil, fmt.Errorf("error preparing query FailInFlightCommands: %w", err)
+	}
+	if q.failWebhookAttemptStmt, err = db.PrepareContext(ctx, failWebhookAttempt); err != nil {
+		return nil, fmt.Errorf("error preparing query FailWebhookAttempt: %w", err)
 	}
 	if q.finishCommandStmt, err = db.PrepareContext(ctx, finishCommand); err != nil {
 		return nil, fmt.Errorf("error preparing query FinishCommand: %w", err)
@@ -156,6 +180,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.getTokenStmt, err = db.PrepareContext(ctx, getToken); err != nil {
 		return nil, fmt.Errorf("error preparing query GetToken: %w", err)
 	}
+	if q.getWebhookStmt, err = db.PrepareContext(ctx, getWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query GetWebhook: %w", err)
+	}
 	if q.insertAuditEventStmt, err = db.PrepareContext(ctx, insertAuditEvent); err != nil {
 		return nil, fmt.Errorf("error preparing query InsertAuditEvent: %w", err)
 	}
@@ -170,6 +197,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.insertUsageWindowStmt, err = db.PrepareContext(ctx, insertUsageWindow); err != nil {
 		return nil, fmt.Errorf("error preparing query InsertUsageWindow: %w", err)
+	}
+	if q.insertWebhookDeliveryStmt, err = db.PrepareContext(ctx, insertWebhookDelivery); err != nil {
+		return nil, fmt.Errorf("error preparing query InsertWebhookDelivery: %w", err)
 	}
 	if q.listAllAuditEventsStmt, err = db.PrepareContext(ctx, listAllAuditEvents); err != nil {
 		return nil, fmt.Errorf("error preparing query ListAllAuditEvents: %w", err)
@@ -249,6 +279,12 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.listUsageStmt, err = db.PrepareContext(ctx, listUsage); err != nil {
 		return nil, fmt.Errorf("error preparing query ListUsage: %w", err)
 	}
+	if q.listWebhookDeliveriesStmt, err = db.PrepareContext(ctx, listWebhookDeliveries); err != nil {
+		return nil, fmt.Errorf("error preparing query ListWebhookDeliveries: %w", err)
+	}
+	if q.listWebhooksStmt, err = db.PrepareContext(ctx, listWebhooks); err != nil {
+		return nil, fmt.Errorf("error preparing query ListWebhooks: %w", err)
+	}
 	if q.markCommandSentStmt, err = db.PrepareContext(ctx, markCommandSent); err != nil {
 		return nil, fmt.Errorf("error preparing query MarkCommandSent: %w", err)
 	}
@@ -293,6 +329,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.releaseReservationStmt, err = db.PrepareContext(ctx, releaseReservation); err != nil {
 		return nil, fmt.Errorf("error preparing query ReleaseReservation: %w", err)
+	}
+	if q.releaseWebhookStmt, err = db.PrepareContext(ctx, releaseWebhook); err != nil {
+		return nil, fmt.Errorf("error preparing query ReleaseWebhook: %w", err)
 	}
 	if q.removeGroupMemberStmt, err = db.PrepareContext(ctx, removeGroupMember); err != nil {
 		return nil, fmt.Errorf("error preparing query RemoveGroupMember: %w", err)
@@ -377,6 +416,11 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing advanceMeteredUntilStmt: %w", cerr)
 		}
 	}
+	if q.advanceWebhookStmt != nil {
+		if cerr := q.advanceWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing advanceWebhookStmt: %w", cerr)
+		}
+	}
 	if q.authenticateTokenStmt != nil {
 		if cerr := q.authenticateTokenStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing authenticateTokenStmt: %w", cerr)
@@ -395,6 +439,11 @@ func (q *Queries) Close() error {
 	if q.bindReservationStmt != nil {
 		if cerr := q.bindReservationStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing bindReservationStmt: %w", cerr)
+		}
+	}
+	if q.claimWebhookStmt != nil {
+		if cerr := q.claimWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing claimWebhookStmt: %w", cerr)
 		}
 	}
 	if q.createCAStmt != nil {
@@ -442,6 +491,11 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing createTokenStmt: %w", cerr)
 		}
 	}
+	if q.createWebhookStmt != nil {
+		if cerr := q.createWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing createWebhookStmt: %w", cerr)
+		}
+	}
 	if q.deleteGroupStmt != nil {
 		if cerr := q.deleteGroupStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing deleteGroupStmt: %w", cerr)
@@ -482,6 +536,26 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing deleteTenantStmt: %w", cerr)
 		}
 	}
+	if q.deleteWebhookStmt != nil {
+		if cerr := q.deleteWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteWebhookStmt: %w", cerr)
+		}
+	}
+	if q.deleteWebhookDeliveriesStmt != nil {
+		if cerr := q.deleteWebhookDeliveriesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing deleteWebhookDeliveriesStmt: %w", cerr)
+		}
+	}
+	if q.dueWebhooksStmt != nil {
+		if cerr := q.dueWebhooksStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing dueWebhooksStmt: %w", cerr)
+		}
+	}
+	if q.enableWebhookStmt != nil {
+		if cerr := q.enableWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing enableWebhookStmt: %w", cerr)
+		}
+	}
 	if q.eventBoundsStmt != nil {
 		if cerr := q.eventBoundsStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing eventBoundsStmt: %w", cerr)
@@ -505,6 +579,11 @@ func (q *Queries) Close() error {
 	if q.failInFlightCommandsStmt != nil {
 		if cerr := q.failInFlightCommandsStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing failInFlightCommandsStmt: %w", cerr)
+		}
+	}
+	if q.failWebhookAttemptStmt != nil {
+		if cerr := q.failWebhookAttemptStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing failWebhookAttemptStmt: %w", cerr)
 		}
 	}
 	if q.finishCommandStmt != nil {
@@ -582,6 +661,11 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing getTokenStmt: %w", cerr)
 		}
 	}
+	if q.getWebhookStmt != nil {
+		if cerr := q.getWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing getWebhookStmt: %w", cerr)
+		}
+	}
 	if q.insertAuditEventStmt != nil {
 		if cerr := q.insertAuditEventStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing insertAuditEventStmt: %w", cerr)
@@ -605,6 +689,11 @@ func (q *Queries) Close() error {
 	if q.insertUsageWindowStmt != nil {
 		if cerr := q.insertUsageWindowStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing insertUsageWindowStmt: %w", cerr)
+		}
+	}
+	if q.insertWebhookDeliveryStmt != nil {
+		if cerr := q.insertWebhookDeliveryStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing insertWebhookDeliveryStmt: %w", cerr)
 		}
 	}
 	if q.listAllAuditEventsStmt != nil {
@@ -737,6 +826,16 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing listUsageStmt: %w", cerr)
 		}
 	}
+	if q.listWebhookDeliveriesStmt != nil {
+		if cerr := q.listWebhookDeliveriesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listWebhookDeliveriesStmt: %w", cerr)
+		}
+	}
+	if q.listWebhooksStmt != nil {
+		if cerr := q.listWebhooksStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing listWebhooksStmt: %w", cerr)
+		}
+	}
 	if q.markCommandSentStmt != nil {
 		if cerr := q.markCommandSentStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing markCommandSentStmt: %w", cerr)
@@ -810,6 +909,11 @@ func (q *Queries) Close() error {
 	if q.releaseReservationStmt != nil {
 		if cerr := q.releaseReservationStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing releaseReservationStmt: %w", cerr)
+		}
+	}
+	if q.releaseWebhookStmt != nil {
+		if cerr := q.releaseWebhookStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing releaseWebhookStmt: %w", cerr)
 		}
 	}
 	if q.removeGroupMemberStmt != nil {
@@ -959,10 +1063,12 @@ type Queries struct {
 	addGroupMemberStmt           *sql.Stmt
 	adoptNodeStmt                *sql.Stmt
 	advanceMeteredUntilStmt      *sql.Stmt
+	advanceWebhookStmt           *sql.Stmt
 	authenticateTokenStmt        *sql.Stmt
 	authzEpochStmt               *sql.Stmt
 	beginSessionStmt             *sql.Stmt
 	bindReservationStmt          *sql.Stmt
+	claimWebhookStmt             *sql.Stmt
 	createCAStmt                 *sql.Stmt
 	createGroupStmt              *sql.Stmt
 	createJoinTokenStmt          *sql.Stmt
@@ -972,6 +1078,7 @@ type Queries struct {
 	createPrincipalStmt          *sql.Stmt
 	createTenantStmt             *sql.Stmt
 	createTokenStmt              *sql.Stmt
+	createWebhookStmt            *sql.Stmt
 	deleteGroupStmt              *sql.Stmt
 	deleteMissingDevicesStmt     *sql.Stmt
 	deleteNodeStmt               *sql.Stmt
@@ -980,11 +1087,16 @@ type Queries struct {
 	deletePrincipalStmt          *sql.Stmt
 	deleteSettingStmt            *sql.Stmt
 	deleteTenantStmt             *sql.Stmt
+	deleteWebhookStmt            *sql.Stmt
+	deleteWebhookDeliveriesStmt  *sql.Stmt
+	dueWebhooksStmt              *sql.Stmt
+	enableWebhookStmt            *sql.Stmt
 	eventBoundsStmt              *sql.Stmt
 	expireCommandsStmt           *sql.Stmt
 	expireReservationsStmt       *sql.Stmt
 	extendReservationStmt        *sql.Stmt
 	failInFlightCommandsStmt     *sql.Stmt
+	failWebhookAttemptStmt       *sql.Stmt
 	finishCommandStmt            *sql.Stmt
 	getCAStmt                    *sql.Stmt
 	getGroupStmt                 *sql.Stmt
@@ -1000,11 +1112,13 @@ type Queries struct {
 	getSettingStmt               *sql.Stmt
 	getTenantStmt                *sql.Stmt
 	getTokenStmt                 *sql.Stmt
+	getWebhookStmt               *sql.Stmt
 	insertAuditEventStmt         *sql.Stmt
 	insertDeviceBookingsStmt     *sql.Stmt
 	insertReservationStmt        *sql.Stmt
 	insertReservationDevicesStmt *sql.Stmt
 	insertUsageWindowStmt        *sql.Stmt
+	insertWebhookDeliveryStmt    *sql.Stmt
 	listAllAuditEventsStmt       *sql.Stmt
 	listAllGroupMembersStmt      *sql.Stmt
 	listAllNodesStmt             *sql.Stmt
@@ -1031,6 +1145,8 @@ type Queries struct {
 	listTenantsStmt              *sql.Stmt
 	listTokensStmt               *sql.Stmt
 	listUsageStmt                *sql.Stmt
+	listWebhookDeliveriesStmt    *sql.Stmt
+	listWebhooksStmt             *sql.Stmt
 	markCommandSentStmt          *sql.Stmt
 	markUnreachableStmt          *sql.Stmt
 	nodeAllocationsStmt          *sql.Stmt
@@ -1046,6 +1162,7 @@ type Queries struct {
 	putSettingStmt               *sql.Stmt
 	recordMigrationStmt          *sql.Stmt
 	releaseReservationStmt       *sql.Stmt
+	releaseWebhookStmt           *sql.Stmt
 	removeGroupMemberStmt        *sql.Stmt
 	renewNodeCertStmt            *sql.Stmt
 	reservationsToMeterStmt      *sql.Stmt
@@ -1076,10 +1193,12 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		addGroupMemberStmt:           q.addGroupMemberStmt,
 		adoptNodeStmt:                q.adoptNodeStmt,
 		advanceMeteredUntilStmt:      q.advanceMeteredUntilStmt,
+		advanceWebhookStmt:           q.advanceWebhookStmt,
 		authenticateTokenStmt:        q.authenticateTokenStmt,
 		authzEpochStmt:               q.authzEpochStmt,
 		beginSessionStmt:             q.beginSessionStmt,
 		bindReservationStmt:          q.bindReservationStmt,
+		claimWebhookStmt:             q.claimWebhookStmt,
 		createCAStmt:                 q.createCAStmt,
 		createGroupStmt:              q.createGroupStmt,
 		createJoinTokenStmt:          q.createJoinTokenStmt,
@@ -1089,6 +1208,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		createPrincipalStmt:          q.createPrincipalStmt,
 		createTenantStmt:             q.createTenantStmt,
 		createTokenStmt:              q.createTokenStmt,
+		createWebhookStmt:            q.createWebhookStmt,
 		deleteGroupStmt:              q.deleteGroupStmt,
 		deleteMissingDevicesStmt:     q.deleteMissingDevicesStmt,
 		deleteNodeStmt:               q.deleteNodeStmt,
@@ -1097,11 +1217,16 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		deletePrincipalStmt:          q.deletePrincipalStmt,
 		deleteSettingStmt:            q.deleteSettingStmt,
 		deleteTenantStmt:             q.deleteTenantStmt,
+		deleteWebhookStmt:            q.deleteWebhookStmt,
+		deleteWebhookDeliveriesStmt:  q.deleteWebhookDeliveriesStmt,
+		dueWebhooksStmt:              q.dueWebhooksStmt,
+		enableWebhookStmt:            q.enableWebhookStmt,
 		eventBoundsStmt:              q.eventBoundsStmt,
 		expireCommandsStmt:           q.expireCommandsStmt,
 		expireReservationsStmt:       q.expireReservationsStmt,
 		extendReservationStmt:        q.extendReservationStmt,
 		failInFlightCommandsStmt:     q.failInFlightCommandsStmt,
+		failWebhookAttemptStmt:       q.failWebhookAttemptStmt,
 		finishCommandStmt:            q.finishCommandStmt,
 		getCAStmt:                    q.getCAStmt,
 		getGroupStmt:                 q.getGroupStmt,
@@ -1117,11 +1242,13 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		getSettingStmt:               q.getSettingStmt,
 		getTenantStmt:                q.getTenantStmt,
 		getTokenStmt:                 q.getTokenStmt,
+		getWebhookStmt:               q.getWebhookStmt,
 		insertAuditEventStmt:         q.insertAuditEventStmt,
 		insertDeviceBookingsStmt:     q.insertDeviceBookingsStmt,
 		insertReservationStmt:        q.insertReservationStmt,
 		insertReservationDevicesStmt: q.insertReservationDevicesStmt,
 		insertUsageWindowStmt:        q.insertUsageWindowStmt,
+		insertWebhookDeliveryStmt:    q.insertWebhookDeliveryStmt,
 		listAllAuditEventsStmt:       q.listAllAuditEventsStmt,
 		listAllGroupMembersStmt:      q.listAllGroupMembersStmt,
 		listAllNodesStmt:             q.listAllNodesStmt,
@@ -1148,6 +1275,8 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		listTenantsStmt:              q.listTenantsStmt,
 		listTokensStmt:               q.listTokensStmt,
 		listUsageStmt:                q.listUsageStmt,
+		listWebhookDeliveriesStmt:    q.listWebhookDeliveriesStmt,
+		listWebhooksStmt:             q.listWebhooksStmt,
 		markCommandSentStmt:          q.markCommandSentStmt,
 		markUnreachableStmt:          q.markUnreachableStmt,
 		nodeAllocationsStmt:          q.nodeAllocationsStmt,
@@ -1163,6 +1292,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		putSettingStmt:               q.putSettingStmt,
 		recordMigrationStmt:          q.recordMigrationStmt,
 		releaseReservationStmt:       q.releaseReservationStmt,
+		releaseWebhookStmt:           q.releaseWebhookStmt,
 		removeGroupMemberStmt:        q.removeGroupMemberStmt,
 		renewNodeCertStmt:            q.renewNodeCertStmt,
 		reservationsToMeterStmt:      q.reservationsToMeterStmt,

@@ -248,3 +248,31 @@ type UsageWindow struct {
 	Quantity      int64
 	CreatedAt     int64
 }
+
+type Webhook struct {
+	ID            string
+	Tenant        string
+	Url           string
+	Events        string
+	Secret        string
+	State         string
+	CursorSeq     int64
+	Attempts      int64
+	FailingSince  sql.NullInt64
+	NextAttemptAt sql.NullInt64
+	LeaseOwner    string
+	LeaseUntil    sql.NullInt64
+	CreatedAt     int64
+}
+
+type WebhookDelivery struct {
+	ID         int64
+	WebhookID  string
+	EventSeq   int64
+	EventType  string
+	Attempt    int64
+	HttpStatus int64
+	Error      string
+	DurationUs int64
+	CreatedAt  int64
+}

@@ -1,0 +1,77 @@
+-- name: CreateWebhook :one
+-- The cursor starts at the newest event: a webhook delivers what happens
+-- after it is made. An event still committing gets a higher seq (0009).
+INSERT INTO webhooks (id, tenant, url, events, secret, cursor_seq, created_at)
+VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(url), sqlc.arg(events), sqlc.arg(secret),
+        (SELECT COALESCE(MAX(seq), 0)::bigint FROM events), clock_timestamp())
+RETURNING *;
+
+-- name: GetWebhook :one
+SELECT * FROM webhooks WHERE id = sqlc.arg(id);
+
+-- name: ListWebhooks :many
+SELECT * FROM webhooks WHERE tenant = sqlc.arg(tenant) ORDER BY created_at, id;
+
+-- name: DeleteWebhook :execrows
+DELETE FROM webhooks WHERE id = sqlc.arg(id);
+
+-- name: DeleteWebhookDeliveries :exec
+DELETE FROM webhook_deliveries WHERE webhook_id = sqlc.arg(webhook_id);
+
+-- name: EnableWebhook :one
+-- Active again, its retries from scratch; the cursor stays where it was,
+-- so nothing after it is lost.
+UPDATE webhooks SET state = 'active', attempts = 0, failing_since = NULL, next_attempt_at = NULL
+WHERE id = sqlc.arg(id)
+RETURNING *;
+
+-- name: DueWebhooks :many
+-- Active webhooks whose retry wait is over, unclaimed, with an event of
+-- their tenant after their cursor.
+SELECT w.* FROM webhooks w
+WHERE w.state = 'active'
+  AND (w.next_attempt_at IS NULL OR w.next_attempt_at <= sqlc.arg(now)::timestamptz)
+  AND (w.lease_until IS NULL OR w.lease_until <= sqlc.arg(now)::timestamptz)
+  AND EXISTS (SELECT 1 FROM events e WHERE e.tenant = w.tenant AND e.seq > w.cursor_seq)
+ORDER BY w.id
+LIMIT sqlc.arg(lim);
+
+-- name: ClaimWebhook :execrows
+-- Takes or renews the claim, only while the cursor is where the caller saw
+-- it and no other owner holds an unexpired claim.
+UPDATE webhooks SET lease_owner = sqlc.arg(owner), lease_until = sqlc.arg(lease_until)::timestamptz
+WHERE id = sqlc.arg(id) AND cursor_seq = sqlc.arg(cursor_seq) AND state = 'active'
+  AND (lease_owner = sqlc.arg(owner) OR lease_until IS NULL OR lease_until <= clock_timestamp());
+
+-- name: ReleaseWebhook :execrows
+UPDATE webhooks SET lease_owner = '', lease_until = NULL
+WHERE id = sqlc.arg(id) AND lease_owner = sqlc.arg(owner);
+
+-- name: AdvanceWebhook :execrows
+-- Compare-and-set: only from the cursor the caller delivered after.
+UPDATE webhooks SET cursor_seq = sqlc.arg(to_seq), attempts = 0, failing_since = NULL, next_attempt_at = NULL
+WHERE id = sqlc.arg(id) AND cursor_seq = sqlc.arg(from_seq) AND sqlc.arg(to_seq)::bigint > sqlc.arg(from_seq)::bigint;
+
+-- name: FailWebhookAttempt :one
+-- One more failed attempt at the event after cursor_seq; failing stops the
+-- retries until the webhook is enabled.
+UPDATE webhooks SET attempts = attempts + 1,
+    failing_since = COALESCE(failing_since, clock_timestamp()),
+    next_attempt_at = sqlc.arg(next_attempt_at)::timestamptz,
+    state = CASE WHEN sqlc.arg(failing)::boolean THEN 'failing' ELSE state END
+WHERE id = sqlc.arg(id) AND cursor_seq = sqlc.arg(cursor_seq)
+RETURNING *;
+
+-- name: InsertWebhookDelivery :one
+INSERT INTO webhook_deliveries (webhook_id, event_seq, event_type, attempt, http_status, error, duration_us)
+VALUES (sqlc.arg(webhook_id), sqlc.arg(event_seq), sqlc.arg(event_type), sqlc.arg(attempt),
+        sqlc.arg(http_status), sqlc.arg(error), sqlc.arg(duration_us))
+RETURNING *;
+
+-- name: ListWebhookDeliveries :many
+-- Newest first; before is the id of the last row of the previous page, 0
+-- for the first page.
+SELECT * FROM webhook_deliveries
+WHERE webhook_id = sqlc.arg(webhook_id) AND (sqlc.arg(before)::bigint = 0 OR id < sqlc.arg(before)::bigint)
+ORDER BY id DESC
+LIMIT sqlc.arg(lim);
