@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/events"
 	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
 )
@@ -34,6 +35,9 @@ type Config struct {
 	Sessions Sessions
 	// Nodes describes how nodes join this deployment.
 	Nodes NodeAccess
+	// Events follows the event outbox for the event stream (StreamPath);
+	// nil serves ListEvents alone.
+	Events *events.Hub
 }
 
 // Mount registers every service of the public API on mux.
@@ -48,10 +52,11 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	authz := iam.NewAuthorizer(func(ctx context.Context) (iam.Directory, error) {
 		return iam.LoadDirectory(ctx, cfg.Store)
 	}, iam.WithLogger(cfg.Logger))
+	admit := &authorizer{methods: methods, store: cfg.Store, authz: authz, logger: cfg.Logger}
 	opts := connect.WithInterceptors(
 		newMetricsInterceptor(cfg.Metrics),
 		errorBoundary{logger: cfg.Logger},
-		&authorizer{methods: methods, store: cfg.Store, authz: authz, logger: cfg.Logger},
+		admit,
 	)
 	b := base{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle(apiv1connect.NewSystemServiceHandler(&systemService{
@@ -71,5 +76,10 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	mux.Handle(apiv1connect.NewPoolServiceHandler(&poolService{b}, opts))
 	mux.Handle(apiv1connect.NewReservationServiceHandler(&reservationService{base: b, sessions: cfg.Sessions}, opts))
 	mux.Handle(apiv1connect.NewUsageServiceHandler(&usageService{b}, opts))
+	ev := &eventService{base: b, authz: admit, hub: cfg.Events}
+	mux.Handle(apiv1connect.NewEventServiceHandler(ev, opts))
+	if cfg.Events != nil {
+		mux.HandleFunc("GET "+StreamPath, ev.stream)
+	}
 	return nil
 }

@@ -57,7 +57,7 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 		a.audit(ctx, call, "", action, "unauthenticated: "+err.Error(), nil)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
-	call.Caller, call.Platform = caller, platform
+	call.Caller, call.Platform, call.epoch = caller, platform, epoch
 
 	res, err := resolveResource(m, msg, caller)
 	if err != nil {

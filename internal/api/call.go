@@ -28,6 +28,10 @@ type Call struct {
 	// event instead of Resource: a create records what it created.
 	AuditResource string
 
+	// epoch is the authorization epoch the call was decided at: further
+	// decisions for the same call (which events it may read) use it too.
+	epoch int64
+
 	// extendTo is the new end of a reservation an extension asks for,
 	// as the policy decision saw it.
 	extendTo time.Time

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/events"
 	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
@@ -52,7 +53,12 @@ func newFixture(t *testing.T, engine store.Engine) *fixture {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	if err := api.Mount(mux, api.Config{Store: st, Started: time.Now(), Nodes: api.NodeAccess{
+	hub := events.NewHub(st, 20*time.Millisecond, 0, nil)
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); _ = hub.Run(hubCtx) }()
+	t.Cleanup(func() { stopHub(); <-hubDone })
+	if err := api.Mount(mux, api.Config{Store: st, Started: time.Now(), Events: hub, Nodes: api.NodeAccess{
 		Authority:   authority,
 		GatewayURL:  "https://127.0.0.1:7443",
 		DownloadURL: "http://127.0.0.1:7400/downloads/bcd-linux-amd64",

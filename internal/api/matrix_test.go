@@ -126,7 +126,8 @@ var matrix = map[string]row{
 	}},
 	"/bettercompute.api.v1.ReservationService/ReleaseReservation": {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/release"]) }},
 
-	"/bettercompute.api.v1.UsageService/ListUsage": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.UsageService/ListUsage":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.EventService/ListEvents": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
 
 	"/bettercompute.api.v1.JoinTokenService/CreateJoinToken": {body: func(_ *fixture, t string) map[string]any { return in(t, "ttl", "3600s") }},
 	"/bettercompute.api.v1.JoinTokenService/ListJoinTokens":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},

@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/internal/api"
 	"github.com/better-compute/better-compute/internal/capacity"
 	"github.com/better-compute/better-compute/internal/console"
+	"github.com/better-compute/better-compute/internal/events"
 	"github.com/better-compute/better-compute/internal/gateway"
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
@@ -227,7 +228,8 @@ func Run(ctx context.Context, cfg Config) error {
 		bcd.mount(mux)
 		nodes.DownloadURL, nodes.BcdSHA256 = apiURL+"/downloads/"+bcd.name, bcd.sha256
 	}
-	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes}); err != nil {
+	hub := events.NewHub(st, 0, 0, logger)
+	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes, Events: hub}); err != nil {
 		return err
 	}
 	mountProbes(mux, st, reg)
@@ -247,6 +249,16 @@ func Run(ctx context.Context, cfg Config) error {
 		TLSConfig:         tlsConfig,
 	}
 	srv.Protocols.SetHTTP1(true)
+	// The event streams end when shutdown begins, not when its grace runs
+	// out: their hub stops first.
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	srv.RegisterOnShutdown(stopHub)
+	hubDone := make(chan struct{})
+	go func() {
+		defer close(hubDone)
+		_ = hub.Run(hubCtx)
+	}()
+	defer func() { stopHub(); <-hubDone }()
 	if tlsConfig != nil {
 		srv.Protocols.SetHTTP2(true)
 	} else {
@@ -289,7 +301,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(meterDone)
 		_ = (&capacity.Meter{Store: st, Logger: logger}).Run(gwCtx)
 	}()
-	defer func() { stopGateway(); <-gwDone; <-expiryDone; <-meterDone }()
+	// Events are kept for a week: long enough for any watcher or webhook
+	// to catch up after an outage, short enough to keep the table small.
+	pruneDone := make(chan struct{})
+	go func() {
+		defer close(pruneDone)
+		events.Prune(gwCtx, st, events.DefaultRetention, logger)
+	}()
+	defer func() { stopGateway(); <-gwDone; <-expiryDone; <-meterDone; <-pruneDone }()
 	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
 	logger.Info("serving", "url", ready.URL, "gateway", ready.GatewayURL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error
