@@ -48,8 +48,12 @@ type Client struct {
 	Reservations apiv1connect.ReservationServiceClient
 	// Usage reads metered GPU usage.
 	Usage apiv1connect.UsageServiceClient
+	// Events lists the event outbox; WatchEvents follows it live.
+	Events apiv1connect.EventServiceClient
 
 	baseURL string
+	http    *http.Client // for the event stream, which is not a Connect call
+	token   string
 }
 
 // Options tune a Client. The zero value is usable.
@@ -108,7 +112,10 @@ func New(baseURL string, opts Options) (*Client, error) {
 		Pools:           apiv1connect.NewPoolServiceClient(hc, base, copts...),
 		Reservations:    apiv1connect.NewReservationServiceClient(hc, base, copts...),
 		Usage:           apiv1connect.NewUsageServiceClient(hc, base, copts...),
+		Events:          apiv1connect.NewEventServiceClient(hc, base, copts...),
 		baseURL:         base,
+		http:            hc,
+		token:           opts.Token,
 	}, nil
 }
 

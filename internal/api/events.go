@@ -309,6 +309,12 @@ func (s *eventService) stream(w http.ResponseWriter, r *http.Request) {
 		resync("events after the one you last saw were pruned; reload and follow from now")
 		return
 	}
+	// The position the stream starts from, as an id without an event: a
+	// client that reconnects before any event arrives resumes from here
+	// instead of from a later "now".
+	if !send("id: %d\n\n", after) {
+		return
+	}
 	visible := func(e store.Event) bool {
 		return (allTenants || e.Tenant == f.Tenant) && slices.Contains(f.Kinds, e.Kind) && sel.match(e.Type)
 	}

@@ -97,6 +97,7 @@ func newRoot(env Env) *cobra.Command {
 		newPoolsCommand(g),
 		newReservationsCommand(g),
 		newUsageCommand(g),
+		newEventsCommand(g),
 	)
 	return root
 }
