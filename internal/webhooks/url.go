@@ -1,0 +1,163 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A webhook makes the control plane send requests to an address a tenant
+// chose. Unchecked, that lets a tenant reach what only the control plane
+// can: its own loopback services, the cloud's metadata endpoint, the
+// private network. So addresses are checked twice: when a webhook is made
+// (its host resolved, every address checked) and again on every connection
+// (the address actually dialed), since a name can resolve to a public
+// address first and a private one later (DNS rebinding).
+
+// maxURLLen bounds a webhook URL.
+const maxURLLen = 2048
+
+// lookupTimeout bounds resolving a webhook's host at creation.
+const lookupTimeout = 5 * time.Second
+
+// privateHint ends every refusal of a private address.
+const privateHint = "use a public endpoint, or start the server with --webhooks-allow-private"
+
+// Non-public ranges that netip has no predicate for.
+var (
+	thisNetwork  = netip.MustParsePrefix("0.0.0.0/8")     // RFC 791: "this host on this network"
+	sharedSpace  = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598: carrier-grade NAT
+	benchmarking = netip.MustParsePrefix("198.18.0.0/15") // RFC 2544
+)
+
+// URLChecker checks webhook URLs and the addresses they connect to.
+type URLChecker struct {
+	// AllowPrivate permits loopback, private, link-local and other
+	// non-public addresses: for dev, tests and deployments whose receivers
+	// are on the private network.
+	AllowPrivate bool
+	// Lookup resolves a host name; nil uses net.DefaultResolver.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// CheckURL parses raw and refuses it, in one line that says what is wrong
+// and what to do, unless it is an absolute http or https URL whose host
+// resolves only to addresses the checker allows. It returns the URL
+// normalized.
+func (c URLChecker) CheckURL(ctx context.Context, raw string) (string, error) {
+	u, err := parseURL(raw)
+	if err != nil {
+		return "", err
+	}
+	host := u.Hostname()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if err := c.CheckAddr(ip); err != nil {
+			return "", fmt.Errorf("webhook URL host %s: %w", host, err)
+		}
+		return u.String(), nil
+	}
+	lookup := c.Lookup
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	addrs, err := lookup(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return "", fmt.Errorf("webhook URL host %q does not resolve; check the name, or use an IP address", host)
+	}
+	for _, a := range addrs {
+		if err := c.CheckAddr(a); err != nil {
+			return "", fmt.Errorf("webhook URL host %q resolves to %s: %w", host, a.Unmap(), err)
+		}
+	}
+	return u.String(), nil
+}
+
+// parseURL checks what a URL says on its own, before any name is resolved.
+func parseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("a webhook needs a URL: pass --url https://HOST/PATH")
+	}
+	if len(raw) > maxURLLen {
+		return nil, fmt.Errorf("webhook URL is %d bytes long: at most %d", len(raw), maxURLLen)
+	}
+	if strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, errors.New("webhook URL holds spaces or control characters; percent-encode them")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, errors.New("webhook URL does not parse; give it as https://HOST/PATH")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("webhook URL scheme %q is not http or https; give it as https://HOST/PATH", u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
+		return nil, errors.New("webhook URL has no host; give it as https://HOST/PATH")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := netip.ParseAddrPort("0.0.0.0:" + p); err != nil || n.Port() == 0 {
+			return nil, fmt.Errorf("webhook URL port %q is not a port number from 1 to 65535", p)
+		}
+	}
+	u.Fragment, u.RawFragment = "", "" // never sent
+	return u, nil
+}
+
+// CheckAddr refuses an address that is not public (loopback, private,
+// link-local, unspecified, multicast and the like) unless AllowPrivate.
+func (c URLChecker) CheckAddr(ip netip.Addr) error {
+	if c.AllowPrivate {
+		return nil
+	}
+	if what := nonPublic(ip.Unmap()); what != "" {
+		return fmt.Errorf("%s is a %s address, not allowed as a webhook target: %s", ip.Unmap(), what, privateHint)
+	}
+	return nil
+}
+
+// nonPublic names what kind of non-public address ip is, or "" for a
+// public one.
+func nonPublic(ip netip.Addr) string {
+	switch {
+	case !ip.IsValid():
+		return "invalid"
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsPrivate():
+		return "private"
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return "link-local"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+		return "multicast"
+	case thisNetwork.Contains(ip), sharedSpace.Contains(ip), benchmarking.Contains(ip):
+		return "reserved"
+	case ip.Is4() && ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast"
+	}
+	return ""
+}
+
+// control is a net.Dialer Control function: it checks the address about
+// to be dialed, after any name was resolved, so that a name that resolves
+// somewhere else since the webhook was made is still refused.
+func (c URLChecker) control(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("webhook dial %s: %w", address, err)
+	}
+	if err := c.CheckAddr(ap.Addr()); err != nil {
+		return fmt.Errorf("refused to connect: %w", err)
+	}
+	return nil
+}
