@@ -17,7 +17,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -61,6 +63,9 @@ type server struct {
 	secure  bool
 	csrfKey []byte // per process: a restart invalidates open forms, not sessions
 	pages   map[string]*pageTemplate
+
+	mu  sync.Mutex            // guards ids
+	ids map[[32]byte]identity // by the token's SHA-256
 }
 
 // Mount registers the console's routes on mux. It claims / (exactly), a few
@@ -70,7 +75,7 @@ func Mount(mux *http.ServeMux, cfg Config) (err error) {
 	if cfg.API == nil {
 		return errors.New("console: no API handler to call")
 	}
-	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: make([]byte, 32)}
+	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: make([]byte, 32), ids: map[[32]byte]identity{}}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -197,24 +202,66 @@ func (s *server) authed(h handler) http.Handler {
 	})
 }
 
+// identityTTL bounds how long the console trusts what it learned of a
+// token's principal; it only decides what the layout shows, never access.
+const identityTTL = 5 * time.Minute
+
+// identity is what the console learned of a token's principal.
+type identity struct {
+	tenant   string
+	platform bool
+	learned  time.Time
+}
+
+// deniedCaller reads the caller from a denial, which names it first:
+// `User::"acme/alice" may not ...`.
+var deniedCaller = regexp.MustCompile(`^[A-Za-z]+::"([a-z0-9-]+)/[^"]*" may not `)
+
 // identify learns the caller's tenant from the tenants it may list: the
 // platform sees the platform tenant among all, anyone else only its own.
+// A principal that may not list tenants is named by the denial. The answer
+// is cached per token, so that pages do not each ask (and each leave a
+// denial in the audit log).
 func (s *server) identify(r *http.Request, sess *session) error {
+	key := sha256.Sum256([]byte(sess.token))
+	s.mu.Lock()
+	id, ok := s.ids[key]
+	s.mu.Unlock()
+	if ok && time.Since(id.learned) < identityTTL {
+		sess.tenant, sess.platform = id.tenant, id.platform
+		return nil
+	}
+	id = identity{learned: time.Now()}
 	res, err := sess.api.Tenants.ListTenants(r.Context(), connect.NewRequest(&apiv1.ListTenantsRequest{}))
-	if err != nil {
+	switch {
+	case err == nil:
+		for _, t := range res.Msg.GetTenants() {
+			if t.GetPlatform() {
+				id.tenant, id.platform = t.GetName(), true
+			}
+		}
+		if ts := res.Msg.GetTenants(); !id.platform && len(ts) == 1 {
+			id.tenant = ts[0].GetName()
+		}
+	case connect.CodeOf(err) == connect.CodePermissionDenied:
+		if m := deniedCaller.FindStringSubmatch(message(err)); m != nil {
+			id.tenant = m[1]
+		}
+	default:
 		return err
 	}
-	for _, t := range res.Msg.GetTenants() {
-		if t.GetPlatform() {
-			sess.tenant, sess.platform = t.GetName(), true
-			return nil
-		}
+	s.mu.Lock()
+	if len(s.ids) >= maxIdentities {
+		clear(s.ids) // a crude bound: relearning costs one call per user
 	}
-	if ts := res.Msg.GetTenants(); len(ts) == 1 {
-		sess.tenant = ts[0].GetName()
-	}
+	s.ids[key] = id
+	s.mu.Unlock()
+	sess.tenant, sess.platform = id.tenant, id.platform
 	return nil
 }
+
+// maxIdentities bounds the identity cache.
+const maxIdentities = 10000
 
 // redirect ends a successful form post: the browser gets the page again by
 // GET (so a reload does not repeat the post) with msg shown once.

@@ -1,8 +1,8 @@
 // Live updates for the console. Each page listens to the server's event
 // stream; on any event it fetches the current page again and swaps the
 // contents of <main>, keeping focus, what the user is typing and the
-// one-line messages. Until the stream exists (it answers 404), or when it
-// fails, the page polls instead, so the console still follows the fleet.
+// one-line messages. When the stream is refused (404 on a server without
+// it, 401) or drops, the page polls instead until it is back.
 (function () {
   "use strict";
   var pending = null;
@@ -97,8 +97,13 @@
     types.forEach(function (t) { es.addEventListener(t, schedule); });
     es.onmessage = schedule;
     es.addEventListener("resync", function () { location.reload(); });
+    // The token was revoked or expired while the page was open.
+    es.addEventListener("unauthorized", function () { location.href = "/sign-in?why=expired"; });
     es.onopen = function () {
       if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
+      // The stream starts now; what changed between rendering the page and
+      // now would otherwise be missed.
+      schedule();
     };
     es.onerror = function () {
       // A refused stream (404, 401) closes for good; a dropped one retries by
