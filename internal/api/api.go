@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/internal/events"
 	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/webhooks"
 )
 
 // Config is what the handlers need from the process that serves them.
@@ -35,6 +36,9 @@ type Config struct {
 	Sessions Sessions
 	// Nodes describes how nodes join this deployment.
 	Nodes NodeAccess
+	// Webhooks checks webhook URLs and sends test events; nil refuses
+	// private targets and sends with the defaults.
+	Webhooks *webhooks.Worker
 	// Events follows the event outbox for the event stream (StreamPath);
 	// nil serves ListEvents alone.
 	Events *events.Hub
@@ -76,6 +80,11 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	mux.Handle(apiv1connect.NewPoolServiceHandler(&poolService{b}, opts))
 	mux.Handle(apiv1connect.NewReservationServiceHandler(&reservationService{base: b, sessions: cfg.Sessions}, opts))
 	mux.Handle(apiv1connect.NewUsageServiceHandler(&usageService{b}, opts))
+	hooks := cfg.Webhooks
+	if hooks == nil {
+		hooks = &webhooks.Worker{Store: cfg.Store, Logger: cfg.Logger}
+	}
+	mux.Handle(apiv1connect.NewWebhookServiceHandler(&webhookService{base: b, worker: hooks}, opts))
 	ev := &eventService{base: b, authz: admit, hub: cfg.Events}
 	mux.Handle(apiv1connect.NewEventServiceHandler(ev, opts))
 	if cfg.Events != nil {

@@ -18,6 +18,7 @@ const (
 	typeJoinToken      = "JoinToken"
 	typePool           = "Pool"
 	typeReservation    = "Reservation"
+	typeWebhook        = "Webhook"
 )
 
 // resourceFor builds the resource of the given type, tenant and id.

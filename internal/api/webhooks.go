@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/webhooks"
+)
+
+// maxWebhooksPerTenant bounds how many webhooks one tenant has: each is a
+// stream of outbound requests the control plane makes.
+const maxWebhooksPerTenant = 50
+
+// webhookService manages webhooks; the worker (internal/webhooks) delivers
+// them, and sends the test events.
+type webhookService struct {
+	base
+	worker *webhooks.Worker
+}
+
+var _ apiv1connect.WebhookServiceHandler = (*webhookService)(nil)
+
+func (s *webhookService) CreateWebhook(ctx context.Context, req *connect.Request[apiv1.CreateWebhookRequest]) (*connect.Response[apiv1.CreateWebhookResponse], error) {
+	m := req.Msg
+	tenant := callFrom(ctx).tenant()
+	patterns, err := webhooks.CheckPatterns(m.GetEvents())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	// Resolved before the transaction: a slow DNS answer must not hold it.
+	url, err := s.worker.URLs.CheckURL(ctx, m.GetUrl())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	id := newWebhookID()
+	callFrom(ctx).AuditResource = resourceFor(typeWebhook, tenant, id).String()
+	secret := webhooks.NewSecret()
+	var w store.Webhook
+	err = s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		existing, err := q.ListWebhooks(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		if len(existing) >= maxWebhooksPerTenant {
+			return connect.NewError(connect.CodeResourceExhausted, errors.New("tenant "+tenant+" has "+strconv.Itoa(len(existing))+" webhooks, the most it may have; delete one first"))
+		}
+		w, err = q.CreateWebhook(ctx, store.Webhook{ID: id, Tenant: tenant, URL: url, Events: patterns, Secret: secret})
+		return notFoundAs(err, typeTenant, tenant, tenant)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.CreateWebhookResponse{Webhook: webhookProto(w), Secret: string(secret)}), nil
+}
+
+// newWebhookID returns a new webhook id: wh_ and 16 hex digits.
+func newWebhookID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "wh_" + hex.EncodeToString(b)
+}
+
+// getWebhook reads a webhook by id and answers not_found unless it belongs
+// to the call's tenant: an id alone must not reach across tenants.
+func getWebhook(ctx context.Context, q store.Querier, tenant, id string) (store.Webhook, error) {
+	w, err := q.GetWebhook(ctx, id)
+	if err == nil && w.Tenant != tenant {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Webhook{}, notFoundAs(err, typeWebhook, tenant, id)
+	}
+	return w, nil
+}
+
+func (s *webhookService) ListWebhooks(ctx context.Context, _ *connect.Request[apiv1.ListWebhooksRequest]) (*connect.Response[apiv1.ListWebhooksResponse], error) {
+	ws, err := s.store.ListWebhooks(ctx, callFrom(ctx).tenant())
+	if err != nil {
+		return nil, err
+	}
+	res := &apiv1.ListWebhooksResponse{}
+	for _, w := range ws {
+		res.Webhooks = append(res.Webhooks, webhookProto(w))
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *webhookService) GetWebhook(ctx context.Context, req *connect.Request[apiv1.GetWebhookRequest]) (*connect.Response[apiv1.GetWebhookResponse], error) {
+	w, err := getWebhook(ctx, s.store, callFrom(ctx).tenant(), req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.GetWebhookResponse{Webhook: webhookProto(w)}), nil
+}
+
+func (s *webhookService) DeleteWebhook(ctx context.Context, req *connect.Request[apiv1.DeleteWebhookRequest]) (*connect.Response[apiv1.DeleteWebhookResponse], error) {
+	tenant, id := callFrom(ctx).tenant(), req.Msg.GetId()
+	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		if _, err := getWebhook(ctx, q, tenant, id); err != nil {
+			return err
+		}
+		return notFoundAs(q.DeleteWebhook(ctx, id), typeWebhook, tenant, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.DeleteWebhookResponse{}), nil
+}
+
+func (s *webhookService) EnableWebhook(ctx context.Context, req *connect.Request[apiv1.EnableWebhookRequest]) (*connect.Response[apiv1.EnableWebhookResponse], error) {
+	tenant, id := callFrom(ctx).tenant(), req.Msg.GetId()
+	var w store.Webhook
+	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		if _, err := getWebhook(ctx, q, tenant, id); err != nil {
+			return err
+		}
+		var err error
+		w, err = q.EnableWebhook(ctx, id)
+		return notFoundAs(err, typeWebhook, tenant, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.EnableWebhookResponse{Webhook: webhookProto(w)}), nil
+}
+
+// TestWebhook sends while the caller waits: the answer is the receiver's.
+// It changes nothing but the delivery log, so it is not audited as a change.
+func (s *webhookService) TestWebhook(ctx context.Context, req *connect.Request[apiv1.TestWebhookRequest]) (*connect.Response[apiv1.TestWebhookResponse], error) {
+	w, err := getWebhook(ctx, s.store, callFrom(ctx).tenant(), req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.worker.Test(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.TestWebhookResponse{Delivery: deliveryProto(d)}), nil
+}
+
+func (s *webhookService) ListWebhookDeliveries(ctx context.Context, req *connect.Request[apiv1.ListWebhookDeliveriesRequest]) (*connect.Response[apiv1.ListWebhookDeliveriesResponse], error) {
+	m := req.Msg
+	call := callFrom(ctx)
+	size, err := pageOf(call, false, m.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := getWebhook(ctx, s.store, call.tenant(), m.GetId()); err != nil {
+		return nil, err
+	}
+	f := store.WebhookDeliveryFilter{WebhookID: m.GetId(), Limit: size + 1}
+	if t := m.GetPageToken(); t != "" {
+		if f.Before, err = decodeDeliveryToken(t); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("page_token is not one this server issued; pass next_page_token from the previous page"))
+		}
+	}
+	ds, err := s.store.ListWebhookDeliveries(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	res := &apiv1.ListWebhookDeliveriesResponse{}
+	if len(ds) > size {
+		ds = ds[:size]
+		res.NextPageToken = encodeDeliveryToken(ds[size-1].ID)
+	}
+	for _, d := range ds {
+		res.Deliveries = append(res.Deliveries, deliveryProto(d))
+	}
+	return connect.NewResponse(res), nil
+}
+
+// Delivery page tokens are the id of the last attempt seen, opaque to
+// callers.
+const deliveryTokenPrefix = "d:"
+
+func encodeDeliveryToken(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(deliveryTokenPrefix + strconv.FormatInt(id, 10)))
+}
+
+func decodeDeliveryToken(t string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(t)
+	if err != nil {
+		return 0, err
+	}
+	s, ok := strings.CutPrefix(string(b), deliveryTokenPrefix)
+	if !ok {
+		return 0, errors.New("not a delivery token")
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errors.New("not a delivery token")
+	}
+	return id, nil
+}
+
+// webhookProto is a webhook without its secret, which is shown only when
+// it is made.
+func webhookProto(w store.Webhook) *apiv1.Webhook {
+	p := &apiv1.Webhook{
+		Id: w.ID, Tenant: w.Tenant, Url: w.URL, Events: w.Events, State: string(w.State),
+		Cursor: w.Cursor, Attempts: int32(w.Attempts), CreateTime: ts(w.CreatedAt),
+	}
+	if !w.FailingSince.IsZero() {
+		p.FailingSince = ts(w.FailingSince)
+	}
+	if !w.NextAttemptAt.IsZero() {
+		p.NextAttemptTime = ts(w.NextAttemptAt)
+	}
+	return p
+}
+
+func deliveryProto(d store.WebhookDelivery) *apiv1.WebhookDelivery {
+	return &apiv1.WebhookDelivery{
+		Id: d.ID, WebhookId: d.WebhookID, EventSeq: d.EventSeq, EventType: d.EventType,
+		Attempt: int32(d.Attempt), HttpStatus: int32(d.HTTPStatus), Error: d.Error,
+		Duration: durationpb.New(d.Duration), CreateTime: ts(d.CreatedAt), Delivered: d.Delivered(),
+	}
+}
