@@ -126,8 +126,18 @@ var matrix = map[string]row{
 	}},
 	"/bettercompute.api.v1.ReservationService/ReleaseReservation": {body: func(f *fixture, t string) map[string]any { return in(t, "id", f.tokenIDs[t+"/release"]) }},
 
-	"/bettercompute.api.v1.UsageService/ListUsage":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},
-	"/bettercompute.api.v1.EventService/ListEvents": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.UsageService/ListUsage": {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+
+	"/bettercompute.api.v1.WebhookService/CreateWebhook": {body: func(_ *fixture, t string) map[string]any {
+		return in(t, "url", "https://93.184.215.14/hook", "events", []string{"reservation.*"})
+	}},
+	"/bettercompute.api.v1.WebhookService/ListWebhooks":          {body: func(_ *fixture, t string) map[string]any { return in(t) }},
+	"/bettercompute.api.v1.WebhookService/GetWebhook":            {body: webhookIn},
+	"/bettercompute.api.v1.WebhookService/DeleteWebhook":         {body: webhookIn},
+	"/bettercompute.api.v1.WebhookService/EnableWebhook":         {body: webhookIn},
+	"/bettercompute.api.v1.WebhookService/TestWebhook":           {body: webhookIn},
+	"/bettercompute.api.v1.WebhookService/ListWebhookDeliveries": {body: webhookIn},
+	"/bettercompute.api.v1.EventService/ListEvents":              {body: func(_ *fixture, t string) map[string]any { return in(t) }},
 
 	"/bettercompute.api.v1.JoinTokenService/CreateJoinToken": {body: func(_ *fixture, t string) map[string]any { return in(t, "ttl", "3600s") }},
 	"/bettercompute.api.v1.JoinTokenService/ListJoinTokens":  {body: func(_ *fixture, t string) map[string]any { return in(t) }},

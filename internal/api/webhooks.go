@@ -136,7 +136,9 @@ func (s *webhookService) EnableWebhook(ctx context.Context, req *connect.Request
 }
 
 // TestWebhook sends while the caller waits: the answer is the receiver's.
-// It changes nothing but the delivery log, so it is not audited as a change.
+// The request leaves the control plane, so it is audited like a change;
+// the audit event is written after the send, since an HTTP request must not
+// run inside a transaction.
 func (s *webhookService) TestWebhook(ctx context.Context, req *connect.Request[apiv1.TestWebhookRequest]) (*connect.Response[apiv1.TestWebhookResponse], error) {
 	w, err := getWebhook(ctx, s.store, callFrom(ctx).tenant(), req.Msg.GetId())
 	if err != nil {
@@ -144,6 +146,9 @@ func (s *webhookService) TestWebhook(ctx context.Context, req *connect.Request[a
 	}
 	d, err := s.worker.Test(ctx, w)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.mutate(ctx, func(context.Context, store.Querier) error { return nil }); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&apiv1.TestWebhookResponse{Delivery: deliveryProto(d)}), nil

@@ -1,0 +1,174 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/internal/api"
+	"github.com/better-compute/better-compute/internal/requestid"
+	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/store/storetest"
+	"github.com/better-compute/better-compute/internal/webhooks"
+)
+
+// webhookIn makes a webhook of tenant t, straight in the store, and names
+// it in a request. Its URL is loopback, which the fixture's server refuses
+// to dial, so a test send fails fast without leaving the machine.
+func webhookIn(f *fixture, t string) map[string]any {
+	f.t.Helper()
+	id := "wh_" + t + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := f.store.CreateWebhook(context.Background(), store.Webhook{
+		ID: id, Tenant: t, URL: "http://127.0.0.1:9/hook", Events: []string{"*"}, Secret: webhooks.NewSecret(),
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return in(t, "id", id)
+}
+
+// TestWebhooksAPI manages a webhook through the API, against a real
+// receiver, on a server that allows private targets as dev does.
+func TestWebhooksAPI(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		f := newFixture(t, engine)
+		const svc = "/bettercompute.api.v1.WebhookService/"
+		alice := f.tokens["acme/alice"]
+
+		// The fixture's server refuses private targets, and says how to
+		// allow them.
+		res := f.call(svc+"CreateWebhook", alice, map[string]any{"url": "http://127.0.0.1:9/", "events": []string{"*"}})
+		if res.code != "invalid_argument" || !strings.Contains(res.msg, "loopback") || !strings.Contains(res.msg, "--webhooks-allow-private") {
+			t.Errorf("CreateWebhook(loopback) = %s (%s), want invalid_argument naming the flag", res.code, res.msg)
+		}
+
+		worker := &webhooks.Worker{Store: f.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
+		mux := http.NewServeMux()
+		if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(requestid.Middleware(mux))
+		t.Cleanup(srv.Close)
+		open := *f
+		open.url = srv.URL
+
+		var (
+			mu     sync.Mutex
+			secret store.WebhookSecret
+			got    []string // verified webhook-ids
+		)
+		recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			ts, _ := strconv.ParseInt(r.Header.Get(webhooks.HeaderTimestamp), 10, 64)
+			mu.Lock()
+			defer mu.Unlock()
+			if !webhooks.Verify(secret, r.Header.Get(webhooks.HeaderID), ts, body, r.Header.Get(webhooks.HeaderSignature)) {
+				t.Errorf("delivery %s does not verify with the secret CreateWebhook returned", body)
+			}
+			got = append(got, r.Header.Get(webhooks.HeaderID))
+		}))
+		t.Cleanup(recv.Close)
+
+		for _, bad := range []struct {
+			req  map[string]any
+			want string
+		}{
+			{map[string]any{"url": "ftp://" + recv.Listener.Addr().String(), "events": []string{"*"}}, `scheme "ftp"`},
+			{map[string]any{"url": recv.URL, "events": []string{"nodes.*"}}, `event pattern "nodes.*"`},
+			{map[string]any{"url": recv.URL}, "name the events"},
+		} {
+			res := open.call(svc+"CreateWebhook", alice, bad.req)
+			if res.code != "invalid_argument" || !strings.Contains(res.msg, bad.want) || strings.Contains(res.msg, "\n") {
+				t.Errorf("CreateWebhook(%v) = %s (%s), want invalid_argument about %s", bad.req, res.code, res.msg, bad.want)
+			}
+		}
+
+		res = open.call(svc+"CreateWebhook", alice, map[string]any{"url": recv.URL + "/in", "events": []string{"policy.*"}})
+		if res.code != "ok" {
+			t.Fatalf("CreateWebhook = %s (%s)", res.code, res.msg)
+		}
+		hook := res.body["webhook"].(map[string]any)
+		id := hook["id"].(string)
+		mu.Lock()
+		secret = store.WebhookSecret(res.body["secret"].(string))
+		mu.Unlock()
+		if !strings.HasPrefix(string(secret), "whsec_") || hook["state"] != "active" || hook["tenant"] != "acme" || hook["url"] != recv.URL+"/in" {
+			t.Errorf("CreateWebhook = %v, want an active acme webhook and a whsec_ secret", res.body)
+		}
+		for _, m := range []string{"GetWebhook", "ListWebhooks"} {
+			res := open.call(svc+m, alice, map[string]any{"id": id})
+			if res.code != "ok" || strings.Contains(strings.ToLower(jsonOf(res.body)), "secret") || !strings.Contains(jsonOf(res.body), id) {
+				t.Errorf("%s = %s %v, want the webhook without its secret", m, res.code, res.body)
+			}
+		}
+
+		res = open.call(svc+"TestWebhook", alice, map[string]any{"id": id})
+		if d, _ := res.body["delivery"].(map[string]any); res.code != "ok" || d["delivered"] != true || d["httpStatus"] != float64(200) || d["eventType"] != "webhook.test" {
+			t.Errorf("TestWebhook = %s %v, want a delivered webhook.test", res.code, res.body)
+		}
+		// Events after creation go out through the worker.
+		for _, name := range []string{"p1", "p2"} {
+			if _, err := f.store.PutPolicy(t.Context(), store.Policy{Tenant: "acme", Name: name, Body: "permit(principal, action, resource);"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := worker.RunOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(got) != 3 || !strings.HasPrefix(got[0], "evt_test_") || !strings.HasPrefix(got[1], "evt_") {
+			t.Errorf("receiver got %v, want the test and two policy events", got)
+		}
+		mu.Unlock()
+
+		// The log pages newest first.
+		var types []string
+		token := ""
+		for range 5 {
+			res := open.call(svc+"ListWebhookDeliveries", alice, map[string]any{"id": id, "pageSize": 2, "pageToken": token})
+			if res.code != "ok" {
+				t.Fatalf("ListWebhookDeliveries = %s (%s)", res.code, res.msg)
+			}
+			ds, _ := res.body["deliveries"].([]any)
+			for _, d := range ds {
+				types = append(types, d.(map[string]any)["eventType"].(string))
+			}
+			token, _ = res.body["nextPageToken"].(string)
+			if token == "" {
+				break
+			}
+		}
+		if strings.Join(types, " ") != "policy.changed policy.changed webhook.test" {
+			t.Errorf("deliveries = %v, want two policy.changed then the test", types)
+		}
+		if res := open.call(svc+"ListWebhookDeliveries", alice, map[string]any{"id": id, "pageToken": "bogus"}); res.code != "invalid_argument" {
+			t.Errorf("ListWebhookDeliveries(bogus token) = %s, want invalid_argument", res.code)
+		}
+
+		if res := open.call(svc+"EnableWebhook", alice, map[string]any{"id": id}); res.code != "ok" {
+			t.Errorf("EnableWebhook = %s (%s)", res.code, res.msg)
+		}
+		if res := open.call(svc+"GetWebhook", f.tokens["globex/carol"], map[string]any{"tenant": "acme", "id": id}); res.code != "not_found" {
+			t.Errorf("globex's admin getting acme's webhook = %s, want not_found", res.code)
+		}
+		if res := open.call(svc+"DeleteWebhook", alice, map[string]any{"id": id}); res.code != "ok" {
+			t.Errorf("DeleteWebhook = %s (%s)", res.code, res.msg)
+		}
+		if res := open.call(svc+"GetWebhook", alice, map[string]any{"id": id}); res.code != "not_found" {
+			t.Errorf("GetWebhook after delete = %s, want not_found", res.code)
+		}
+	})
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
