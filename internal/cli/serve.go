@@ -78,6 +78,7 @@ func newServeCommand(g *globals) *cobra.Command {
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", getenv("BETTER_COMPUTE_TLS_CERT"), "PEM certificate for the API; with --tls-key serves TLS 1.3")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", getenv("BETTER_COMPUTE_TLS_KEY"), "PEM private key for --tls-cert")
 	f.BoolVar(&cfg.AllowPlaintext, "allow-plaintext", false, "serve without TLS on a non-loopback address (only behind a TLS-terminating proxy)")
+	f.BoolVar(&cfg.WebhooksAllowPrivate, "webhooks-allow-private", false, "let webhooks target loopback, private and link-local addresses (receivers on the private network)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", envOr(getenv, "BETTER_COMPUTE_GATEWAY_LISTEN", controlplane.DefaultGatewayListen), "node gateway address: join, renew and node sessions over TLS 1.3 (env BETTER_COMPUTE_GATEWAY_LISTEN)")
 	f.StringVar(&cfg.DebugListen, "debug-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, such as 127.0.0.1:6060")
 	f.StringSliceVar(&cfg.GatewayAddresses, "gateway-address", nil, "host:port nodes dial, when not the bound address (repeatable)")

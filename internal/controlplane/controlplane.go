@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/requestid"
 	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/webhooks"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -51,6 +52,10 @@ type Config struct {
 	// AllowPlaintext permits serving without TLS on an address other than
 	// loopback, for a deployment behind a TLS-terminating proxy.
 	AllowPlaintext bool
+	// WebhooksAllowPrivate lets webhooks target loopback, private and
+	// link-local addresses; off, a tenant cannot make the control plane
+	// call into its own network (dev and tests turn it on).
+	WebhooksAllowPrivate bool
 	// ShutdownGrace bounds how long in-flight calls may take after the
 	// context ends; 10s when zero.
 	ShutdownGrace time.Duration
@@ -229,7 +234,8 @@ func Run(ctx context.Context, cfg Config) error {
 		nodes.DownloadURL, nodes.BcdSHA256 = apiURL+"/downloads/"+bcd.name, bcd.sha256
 	}
 	hub := events.NewHub(st, 0, 0, logger)
-	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes, Events: hub}); err != nil {
+	hooks := &webhooks.Worker{Store: st, Logger: logger, URLs: webhooks.URLChecker{AllowPrivate: cfg.WebhooksAllowPrivate}}
+	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes, Events: hub, Webhooks: hooks}); err != nil {
 		return err
 	}
 	mountProbes(mux, st, reg)
@@ -301,6 +307,12 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(meterDone)
 		_ = (&capacity.Meter{Store: st, Logger: logger}).Run(gwCtx)
 	}()
+	// Webhooks are claimed per webhook, whichever process delivers them.
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		_ = hooks.Run(gwCtx)
+	}()
 	// Events are kept for a week: long enough for any watcher or webhook
 	// to catch up after an outage, short enough to keep the table small.
 	pruneDone := make(chan struct{})
@@ -308,7 +320,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(pruneDone)
 		events.Prune(gwCtx, st, events.DefaultRetention, logger)
 	}()
-	defer func() { stopGateway(); <-gwDone; <-expiryDone; <-meterDone; <-pruneDone }()
+	defer func() {
+		stopGateway()
+		<-gwDone
+		<-expiryDone
+		<-meterDone
+		<-hooksDone
+		<-pruneDone
+	}()
 	ready := Ready{URL: apiURL, GatewayURL: nodes.GatewayURL, Addr: ln.Addr(), Store: st.Location(), SchemaVersion: schema, DeploymentID: deploymentID, AdminTokenFile: adminTokenFile}
 	logger.Info("serving", "url", ready.URL, "gateway", ready.GatewayURL, "store", ready.Store.String(), "schema_version", schema)
 	var runErr error

@@ -73,6 +73,8 @@ func Run(ctx context.Context, cfg Config) error {
 		GatewayListen: cfg.GatewayListen,
 		DataDir:       cfg.DataDir,
 		Logger:        logger,
+		// dev's receivers are on this machine.
+		WebhooksAllowPrivate: true,
 		OnReady: func(r controlplane.Ready) error {
 			// The caller first (dev writes the CLI context and its summary),
 			// so that the CLI works as soon as the summary shows.
