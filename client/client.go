@@ -50,6 +50,8 @@ type Client struct {
 	Usage apiv1connect.UsageServiceClient
 	// Events lists the event outbox; WatchEvents follows it live.
 	Events apiv1connect.EventServiceClient
+	// Webhooks manages the endpoints a tenant's events are delivered to.
+	Webhooks apiv1connect.WebhookServiceClient
 
 	baseURL string
 	http    *http.Client // for the event stream, which is not a Connect call
@@ -113,6 +115,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		Reservations:    apiv1connect.NewReservationServiceClient(hc, base, copts...),
 		Usage:           apiv1connect.NewUsageServiceClient(hc, base, copts...),
 		Events:          apiv1connect.NewEventServiceClient(hc, base, copts...),
+		Webhooks:        apiv1connect.NewWebhookServiceClient(hc, base, copts...),
 		baseURL:         base,
 		http:            hc,
 		token:           opts.Token,

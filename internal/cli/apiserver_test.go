@@ -30,6 +30,8 @@ func startAPI(t *testing.T) *cliEnv {
 		DataDir:       filepath.Join(dir, "data"),
 		Listen:        "127.0.0.1:0",
 		OnReady:       func(r controlplane.Ready) error { readyc <- r; return nil },
+		// Webhook receivers in tests are on loopback.
+		WebhooksAllowPrivate: true,
 	}
 	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var ready controlplane.Ready

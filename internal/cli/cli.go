@@ -98,6 +98,7 @@ func newRoot(env Env) *cobra.Command {
 		newReservationsCommand(g),
 		newUsageCommand(g),
 		newEventsCommand(g),
+		newWebhooksCommand(g),
 	)
 	return root
 }
