@@ -69,6 +69,7 @@ type Authority struct {
 	nodePool   *x509.CertPool // the node CA alone
 	bundle     [][]byte       // serving CA, node CA, root
 	servingPin string
+	sealer     *Sealer // the key file's; nil for an Authority not loaded from a store
 
 	mu     sync.Mutex                 // guards served
 	served map[string]tls.Certificate // by canonical host set
@@ -93,6 +94,17 @@ func newAuthority(trustDomain string, root, node, serving ca) *Authority {
 
 // TrustDomain is the SPIFFE trust domain node identities live in.
 func (a *Authority) TrustDomain() string { return a.trustDomain }
+
+// Sealer seals and opens, under the deployment's key file, the other
+// secrets the store keeps, such as webhook signing secrets; it is the one
+// that sealed the CA keys. It is nil when a is nil, so that callers without
+// an Authority find no sealer rather than a panic.
+func (a *Authority) Sealer() *Sealer {
+	if a == nil {
+		return nil
+	}
+	return a.sealer
+}
 
 // ServingPin is the pin join tokens carry: "sha256:" and the unpadded
 // base64url SHA-256 of the serving CA's SubjectPublicKeyInfo. Pinning the

@@ -41,12 +41,14 @@ func LoadOrCreate(ctx context.Context, st *store.Store, keyFile, trustDomain str
 	if err != nil {
 		return nil, err
 	}
-	return newAuthority(trustDomain, root, node, serving), nil
+	a := newAuthority(trustDomain, root, node, serving)
+	a.sealer = s
+	return a, nil
 }
 
 // loadOrCreateCA loads one CA, or creates it (signed by parent, or
 // self-signed) when the store has none.
-func loadOrCreateCA(ctx context.Context, st *store.Store, s *sealer, name, trustDomain string, parent *ca) (ca, error) {
+func loadOrCreateCA(ctx context.Context, st *store.Store, s *Sealer, name, trustDomain string, parent *ca) (ca, error) {
 	stored, err := st.GetCA(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		created, cerr := createCA(ctx, st, s, name, trustDomain, parent)
@@ -70,7 +72,7 @@ func loadOrCreateCA(ctx context.Context, st *store.Store, s *sealer, name, trust
 
 // createCA generates a CA and stores it with its key sealed; ErrConflict
 // (wrapped) when another process stored one first.
-func createCA(ctx context.Context, st *store.Store, s *sealer, name, trustDomain string, parent *ca) (ca, error) {
+func createCA(ctx context.Context, st *store.Store, s *Sealer, name, trustDomain string, parent *ca) (ca, error) {
 	c, err := newCA(name, trustDomain, parent, time.Now())
 	if err != nil {
 		return ca{}, err
@@ -79,21 +81,24 @@ func createCA(ctx context.Context, st *store.Store, s *sealer, name, trustDomain
 	if err != nil {
 		return ca{}, fmt.Errorf("pki: create the %s CA: %w", name, err)
 	}
-	if _, err := st.CreateCA(ctx, store.CA{Name: name, CertDER: c.cert.Raw, KeyEncrypted: s.seal(name, keyDER)}); err != nil {
+	if _, err := st.CreateCA(ctx, store.CA{Name: name, CertDER: c.cert.Raw, KeyEncrypted: s.Seal(name, keyDER)}); err != nil {
 		return ca{}, fmt.Errorf("pki: create the %s CA: %w", name, err)
 	}
 	return c, nil
 }
 
 // openCA parses a stored CA and unseals its key.
-func openCA(s *sealer, stored store.CA) (ca, error) {
+func openCA(s *Sealer, stored store.CA) (ca, error) {
 	cert, err := x509.ParseCertificate(stored.CertDER)
 	if err != nil {
 		return ca{}, fmt.Errorf("pki: the %s CA's certificate in the store does not parse (%v); restore the store from a backup", stored.Name, err)
 	}
 	keyDER, err := s.open(stored.Name, stored.KeyEncrypted)
-	if err != nil {
-		return ca{}, err
+	switch {
+	case errors.Is(err, errSealDamaged):
+		return ca{}, fmt.Errorf("pki: the %s CA's sealed key in the store is %w; restore the store from a backup", stored.Name, err)
+	case err != nil:
+		return ca{}, fmt.Errorf("pki: the %s CA's key in the store was %w than %s; use the key file this deployment was created with", stored.Name, err, s.path)
 	}
 	key, err := x509.ParsePKCS8PrivateKey(keyDER)
 	if err != nil {

@@ -12,10 +12,12 @@ import (
 	"runtime"
 )
 
-// The CA private keys live in the store sealed with AES-256-GCM under a key
-// that never enters the store: a 32-byte file next to the server (the data
-// dir, or BETTER_COMPUTE_KEY_FILE). A copy of the database alone therefore
-// cannot issue node or server certificates.
+// The CA private keys, and the other secrets the server must be able to
+// read back (webhook signing secrets), live in the store sealed with
+// AES-256-GCM under a key that never enters the store: a 32-byte file next
+// to the server (the data dir, or BETTER_COMPUTE_KEY_FILE). A copy of the
+// database alone therefore cannot issue node or server certificates, nor
+// sign webhook deliveries.
 
 // keySize is the length of the sealing key file: AES-256.
 const keySize = 32
@@ -24,8 +26,10 @@ const keySize = 32
 // without guessing what an old blob is.
 const sealVersion = 1
 
-// sealer seals and opens CA private keys.
-type sealer struct {
+// Sealer seals and opens the secrets the store keeps under the deployment's
+// key file. The Authority holds the one a server loads (Authority.Sealer).
+// It is safe for concurrent use.
+type Sealer struct {
 	aead cipher.AEAD
 	path string // the key file, for error messages
 }
@@ -34,7 +38,7 @@ type sealer struct {
 // when it does not exist. It refuses a file of the wrong size or readable by
 // anyone but its owner, since either means it is not the key it should be or
 // the key has leaked.
-func loadKeyFile(path string) (*sealer, error) {
+func loadKeyFile(path string) (*Sealer, error) {
 	if path == "" {
 		return nil, errors.New("pki: no key file given; pass one under the data dir or set BETTER_COMPUTE_KEY_FILE")
 	}
@@ -53,7 +57,7 @@ func loadKeyFile(path string) (*sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: key file %s: %w", path, err)
 	}
-	return &sealer{aead: aead, path: path}, nil
+	return &Sealer{aead: aead, path: path}, nil
 }
 
 // readKeyFile reads and checks an existing key file; fs.ErrNotExist when
@@ -122,24 +126,48 @@ func createKeyFile(path string) ([]byte, error) {
 	return key, nil
 }
 
-// seal encrypts plaintext; name (the CA's) is bound as additional data, so
-// that one CA's sealed key cannot be passed off as another's.
-func (s *sealer) seal(name string, plaintext []byte) []byte {
+// Errors of open, which Open and openCA each phrase for their caller.
+var (
+	errSealDamaged = errors.New("damaged or from a newer version")
+	errSealKey     = errors.New("sealed with a different key file")
+)
+
+// Seal encrypts plaintext for the row called name. name is bound as
+// additional data: the blob opens only under the same name, so that one
+// row's sealed secret (a CA's key, a webhook's secret) cannot be copied
+// into another row and used there. Each call draws a fresh nonce.
+func (s *Sealer) Seal(name string, plaintext []byte) []byte {
 	nonce := make([]byte, s.aead.NonceSize())
 	_, _ = rand.Read(nonce)
 	out := append([]byte{sealVersion}, nonce...)
 	return s.aead.Seal(out, nonce, plaintext, []byte(name))
 }
 
-// open decrypts what seal produced for the same name.
-func (s *sealer) open(name string, sealed []byte) ([]byte, error) {
+// Open decrypts what Seal produced for the same name. It fails for a blob
+// that is damaged or was tampered with, sealed under another name, or
+// sealed with another key file; its error never holds the plaintext.
+func (s *Sealer) Open(name string, sealed []byte) ([]byte, error) {
+	plaintext, err := s.open(name, sealed)
+	switch {
+	case errors.Is(err, errSealDamaged):
+		return nil, fmt.Errorf("pki: the sealed value of %s in the store is %w; restore the store from a backup", name, err)
+	case err != nil:
+		return nil, fmt.Errorf("pki: the value of %s in the store was %w than %s, or for another row; use the key file this deployment was created with", name, err, s.path)
+	}
+	return plaintext, nil
+}
+
+// open decrypts; errSealDamaged when the blob cannot be one of Seal's,
+// errSealKey when it does not authenticate (another key, another name, or
+// tampered with: GCM cannot tell these apart).
+func (s *Sealer) open(name string, sealed []byte) ([]byte, error) {
 	n := s.aead.NonceSize()
 	if len(sealed) < 1+n+s.aead.Overhead() || sealed[0] != sealVersion {
-		return nil, fmt.Errorf("pki: the %s CA's sealed key in the store is damaged or from a newer version; restore the store from a backup", name)
+		return nil, errSealDamaged
 	}
 	plaintext, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], []byte(name))
 	if err != nil {
-		return nil, fmt.Errorf("pki: the %s CA's key in the store was sealed with a different key file than %s; use the key file this deployment was created with", name, s.path)
+		return nil, errSealKey
 	}
 	return plaintext, nil
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/better-compute/better-compute/internal/store"
+	"github.com/better-compute/better-compute/internal/store/storetest"
 )
 
 func TestKeyFileCreatedPrivate(t *testing.T) {
@@ -28,7 +31,7 @@ func TestKeyFileCreatedPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := s2.open("root", s.seal("root", []byte("secret")))
+	plain, err := s2.Open("root", s.Seal("root", []byte("secret")))
 	if err != nil || string(plain) != "secret" {
 		t.Fatalf("open after reload = %q, %v", plain, err)
 	}
@@ -37,7 +40,7 @@ func TestKeyFileCreatedPrivate(t *testing.T) {
 func TestKeyFileConcurrentCreate(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ca.key")
-	sealers := make([]*sealer, 8)
+	sealers := make([]*Sealer, 8)
 	var wg sync.WaitGroup
 	for i := range sealers {
 		wg.Go(func() {
@@ -52,9 +55,9 @@ func TestKeyFileConcurrentCreate(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	sealed := sealers[0].seal("node", []byte("k"))
+	sealed := sealers[0].Seal("node", []byte("k"))
 	for _, s := range sealers[1:] {
-		if _, err := s.open("node", sealed); err != nil {
+		if _, err := s.Open("node", sealed); err != nil {
 			t.Fatalf("racing creators ended with different keys: %v", err)
 		}
 	}
@@ -114,33 +117,73 @@ func TestSealOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed := s.seal("root", []byte("private key"))
+	sealed := s.Seal("root", []byte("private key"))
+	if plain, err := s.Open("root", sealed); err != nil || string(plain) != "private key" {
+		t.Fatalf("Open = %q, %v", plain, err)
+	}
 	if bytes.Contains(sealed, []byte("private key")) {
 		t.Fatal("sealed blob holds the plaintext")
 	}
-	if bytes.Equal(sealed, s.seal("root", []byte("private key"))) {
+	if bytes.Equal(sealed, s.Seal("root", []byte("private key"))) {
 		t.Fatal("sealing twice gave the same blob: nonce reused")
 	}
 	damaged := bytes.Clone(sealed)
 	damaged[len(damaged)-1] ^= 1
+	tamperedNonce := bytes.Clone(sealed)
+	tamperedNonce[1] ^= 1
 	for _, tc := range []struct {
 		name   string
-		s      *sealer
+		s      *Sealer
 		ca     string
 		sealed []byte
 		want   string
 	}{
 		{"another key file", other, "root", sealed, "sealed with a different key file"},
-		{"another CA's blob", s, "node", sealed, "sealed with a different key file"},
+		{"another row's blob", s, "node", sealed, "sealed with a different key file"},
 		{"damaged", s, "root", damaged, "different key file"},
+		{"tampered nonce", s, "root", tamperedNonce, "different key file"},
 		{"truncated", s, "root", sealed[:10], "damaged"},
 		{"future version", s, "root", append([]byte{2}, sealed[1:]...), "newer version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := tc.s.open(tc.ca, tc.sealed); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("open = %v, want %q", err, tc.want)
+			plain, err := tc.s.Open(tc.ca, tc.sealed)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || plain != nil {
+				t.Fatalf("Open = %q, %v, want an error containing %q", plain, err, tc.want)
+			}
+			if strings.Contains(err.Error(), "private key") {
+				t.Fatalf("Open's error shows the plaintext: %v", err)
 			}
 		})
+	}
+}
+
+// The Authority's sealer is the key file's: what one server seals, another
+// loaded with the same key file opens, for the same name only.
+func TestAuthoritySealer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := storetest.Open(t, store.EngineSQLite)
+	keyFile := filepath.Join(t.TempDir(), "ca.key")
+	a, err := LoadOrCreate(ctx, st, keyFile, "bc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadOrCreate(ctx, st, keyFile, "bc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Sealer() == nil {
+		t.Fatal("an Authority from LoadOrCreate has no sealer")
+	}
+	sealed := a.Sealer().Seal("wh_1", []byte("whsec_x"))
+	if plain, err := b.Sealer().Open("wh_1", sealed); err != nil || string(plain) != "whsec_x" {
+		t.Fatalf("Open on another load = %q, %v", plain, err)
+	}
+	if _, err := b.Sealer().Open("wh_2", sealed); err == nil {
+		t.Fatal("a blob sealed for wh_1 opened as wh_2's")
+	}
+	if (*Authority)(nil).Sealer() != nil {
+		t.Fatal("a nil Authority has a sealer")
 	}
 }
