@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/store"
 )
 
@@ -61,6 +62,11 @@ const maxErrorLen = 500
 type Worker struct {
 	// Store holds the webhooks and the events; required.
 	Store *store.Store
+	// Sealer seals the signing secrets of new webhooks (SealSecret) and
+	// opens them to sign: the Authority's (pki.Authority.Sealer), so that
+	// the secrets are sealed under the deployment's key file. Required for
+	// creating webhooks and for delivering any whose secret is sealed.
+	Sealer *pki.Sealer
 	// URLs checks the addresses dialed; its AllowPrivate permits
 	// non-public receivers.
 	URLs URLChecker
@@ -187,6 +193,13 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 		}
 		return w.Store.ClaimWebhook(ctx, h.ID, w.owner, h.Cursor, now.Add(w.lease()))
 	}
+	// Opened before the claim: a secret that does not open is the
+	// server's fault, not the receiver's, so it is logged for the
+	// operator and costs the webhook no attempt.
+	secret, err := w.secret(h)
+	if err != nil {
+		return err
+	}
 	if ok, err := claim(); err != nil || !ok {
 		return err // another process has it, or it moved on
 	}
@@ -216,7 +229,7 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 			if ok, err := claim(); err != nil || !ok {
 				return err
 			}
-			d, err := w.attempt(ctx, h, ev, h.Attempts+1)
+			d, err := w.attempt(ctx, h, secret, ev, h.Attempts+1)
 			if err != nil {
 				return err
 			}
@@ -304,14 +317,15 @@ func messageID(ev store.Event) string {
 	return "evt_" + strconv.FormatInt(ev.Seq, 10)
 }
 
-// attempt sends ev to h once and logs the attempt. Its error is the
+// attempt sends ev to h, signed with secret (h's, opened), once and logs
+// the attempt. Its error is the
 // store's, when the attempt could not be logged; the receiver's answer is
 // in the result.
-func (w *Worker) attempt(ctx context.Context, h store.Webhook, ev store.Event, n int) (Result, error) {
+func (w *Worker) attempt(ctx context.Context, h store.Webhook, secret store.WebhookSecret, ev store.Event, n int) (Result, error) {
 	w.init()
 	d := Result{WebhookID: h.ID, EventSeq: ev.Seq, EventType: ev.Type, Attempt: n}
 	started := time.Now()
-	d.HTTPStatus, d.Error = w.post(ctx, h, ev)
+	d.HTTPStatus, d.Error = w.post(ctx, h.URL, secret, ev)
 	d.Duration = time.Since(started)
 	if len(d.Error) > maxErrorLen {
 		d.Error = d.Error[:maxErrorLen]
@@ -323,9 +337,9 @@ func (w *Worker) attempt(ctx context.Context, h store.Webhook, ev store.Event, n
 	return logged, nil
 }
 
-// post sends one signed request and returns the receiver's status, and
-// what went wrong when it was not a 2xx.
-func (w *Worker) post(ctx context.Context, h store.Webhook, ev store.Event) (int, string) {
+// post sends one request to url, signed with secret, and returns the
+// receiver's status, and what went wrong when it was not a 2xx.
+func (w *Worker) post(ctx context.Context, url string, secret store.WebhookSecret, ev store.Event) (int, string) {
 	data := ev.Data
 	if data == nil {
 		data = map[string]string{}
@@ -338,13 +352,13 @@ func (w *Worker) post(ctx context.Context, h store.Webhook, ev store.Event) (int
 		return 0, "encode the event: " + err.Error()
 	}
 	id, ts := messageID(ev), time.Now().Unix()
-	sig, err := Sign(h.Secret, id, ts, body)
+	sig, err := Sign(secret, id, ts, body)
 	if err != nil {
 		return 0, err.Error()
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "build the request: " + err.Error()
 	}
@@ -369,6 +383,10 @@ func (w *Worker) post(ctx context.Context, h store.Webhook, ev store.Event) (int
 // returns the attempt. It moves no cursor: the events after it wait as
 // they were.
 func (w *Worker) Test(ctx context.Context, h store.Webhook) (Result, error) {
+	secret, err := w.secret(h)
+	if err != nil {
+		return Result{}, err
+	}
 	now, err := w.Store.Now(ctx)
 	if err != nil {
 		return Result{}, err
@@ -377,5 +395,5 @@ func (w *Worker) Test(ctx context.Context, h store.Webhook) (Result, error) {
 		Kind: "webhook", Type: TestEventType, Tenant: h.Tenant, Subject: h.ID,
 		Data: map[string]string{"url": h.URL}, CreatedAt: now,
 	}
-	return w.attempt(ctx, h, ev, 1)
+	return w.attempt(ctx, h, secret, ev, 1)
 }

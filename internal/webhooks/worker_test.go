@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
 	"github.com/better-compute/better-compute/internal/webhooks"
@@ -107,13 +109,26 @@ func (r *receiver) hitCount() int {
 }
 
 type bundle struct {
-	store *store.Store
-	recv  *receiver
-	hook  store.Webhook
+	store   *store.Store
+	recv    *receiver
+	hook    store.Webhook
+	keyFile string // the deployment's, which sealed hook's secret
+}
+
+// sealer loads the Authority of st with keyFile, as a server process does,
+// and returns its sealer.
+func sealer(t *testing.T, st *store.Store, keyFile string) *pki.Sealer {
+	t.Helper()
+	a, err := pki.LoadOrCreate(t.Context(), st, keyFile, "bc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Sealer()
 }
 
 // setup opens a store on engine with tenants acme and globex, a receiver
-// and acme's webhook to it for patterns.
+// and acme's webhook to it for patterns, its secret sealed as the API
+// seals it.
 func setup(t *testing.T, engine store.Engine, patterns ...string) (*webhooks.Worker, bundle) {
 	t.Helper()
 	ctx := t.Context()
@@ -123,17 +138,22 @@ func setup(t *testing.T, engine store.Engine, patterns ...string) (*webhooks.Wor
 			t.Fatal(err)
 		}
 	}
+	keyFile := filepath.Join(t.TempDir(), "ca.key")
+	w := &webhooks.Worker{
+		Store: s, Sealer: sealer(t, s, keyFile), URLs: webhooks.URLChecker{AllowPrivate: true},
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Timeout: 5 * time.Second,
+	}
 	secret := webhooks.NewSecret()
 	recv := newReceiver(t, secret)
-	h, err := s.CreateWebhook(ctx, store.Webhook{ID: "wh1", Tenant: "acme", URL: recv.srv.URL + "/hook", Events: patterns, Secret: secret})
+	sealed, err := w.SealSecret("wh1", secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &webhooks.Worker{
-		Store: s, URLs: webhooks.URLChecker{AllowPrivate: true},
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Timeout: 5 * time.Second,
+	h, err := s.CreateWebhook(ctx, store.Webhook{ID: "wh1", Tenant: "acme", URL: recv.srv.URL + "/hook", Events: patterns, Secret: sealed})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return w, bundle{store: s, recv: recv, hook: h}
+	return w, bundle{store: s, recv: recv, hook: h, keyFile: keyFile}
 }
 
 // policies changes policies named names in tenant, one event each.
@@ -155,11 +175,7 @@ func runOnce(t *testing.T, w *webhooks.Worker) {
 
 func getHook(t *testing.T, s *store.Store) store.Webhook {
 	t.Helper()
-	h, err := s.GetWebhook(t.Context(), "wh1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
+	return getHookID(t, s, "wh1")
 }
 
 func deliveries(t *testing.T, s *store.Store) []store.WebhookDelivery {
@@ -322,7 +338,7 @@ func TestWorkersRace(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()
 		w1, b := setup(t, engine, "*")
-		w2 := &webhooks.Worker{Store: b.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
+		w2 := &webhooks.Worker{Store: b.store, Sealer: sealer(t, b.store, b.keyFile), URLs: webhooks.URLChecker{AllowPrivate: true}}
 		var want []string
 		for i := range 4 {
 			names := []string{fmt.Sprint("a", i), fmt.Sprint("b", i), fmt.Sprint("c", i)}
@@ -378,6 +394,86 @@ func TestTestSend(t *testing.T) {
 	if h := getHook(t, b.store); h.Cursor != b.hook.Cursor {
 		t.Errorf("a test send moved the cursor to %d", h.Cursor)
 	}
+}
+
+// TestSecretSealedAtRest: the row holds the secret sealed, not the secret,
+// and deliveries still verify against the secret the receiver was given.
+func TestSecretSealedAtRest(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		w, b := setup(t, engine, "*")
+		stored := string(getHook(t, b.store).Secret)
+		plain := string(b.recv.secret)
+		if stored == plain || strings.Contains(stored, strings.TrimPrefix(plain, "whsec_")) || !strings.HasPrefix(stored, "sealed:v1:") {
+			t.Fatalf("the store holds the secret as %q, want it sealed", stored)
+		}
+		policies(t, b.store, "acme", "p1")
+		runOnce(t, w) // the receiver verifies every signature
+		if got := b.recv.subjects(); !slices.Equal(got, []string{"p1"}) {
+			t.Fatalf("receiver got %v, want [p1]", got)
+		}
+	})
+}
+
+// TestPlainSecretStillRead: a row written before secrets were sealed holds
+// the whsec_ value itself, and is delivered with it.
+func TestPlainSecretStillRead(t *testing.T) {
+	t.Parallel()
+	w, b := setup(t, store.EngineSQLite, "*")
+	secret := webhooks.NewSecret()
+	recv := newReceiver(t, secret)
+	if _, err := b.store.CreateWebhook(t.Context(), store.Webhook{ID: "wh2", Tenant: "globex", URL: recv.srv.URL, Events: []string{"*"}, Secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	policies(t, b.store, "globex", "g1")
+	runOnce(t, w)
+	if got := recv.subjects(); !slices.Equal(got, []string{"g1"}) {
+		t.Fatalf("receiver got %v, want [g1]", got)
+	}
+}
+
+// TestSealedSecretBoundToItsRow: a sealed secret copied into another
+// webhook's row does not open there, and nothing is sent with it; nor does
+// a worker without the sealer send anything.
+func TestSealedSecretBoundToItsRow(t *testing.T) {
+	t.Parallel()
+	w, b := setup(t, store.EngineSQLite, "*")
+	recv := newReceiver(t, b.recv.secret)
+	if _, err := b.store.CreateWebhook(t.Context(), store.Webhook{ID: "wh2", Tenant: "globex", URL: recv.srv.URL, Events: []string{"*"}, Secret: b.hook.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	policies(t, b.store, "globex", "g1")
+	err := w.RunOnce(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "wh2") || !strings.Contains(err.Error(), "open the signing secret") {
+		t.Fatalf("RunOnce = %v, want wh2's secret refused", err)
+	}
+	if strings.Contains(err.Error(), strings.TrimPrefix(string(b.recv.secret), "whsec_")) {
+		t.Fatalf("the error shows the secret: %v", err)
+	}
+	if _, err := w.Test(t.Context(), getHookID(t, b.store, "wh2")); err == nil {
+		t.Fatal("a test send went out with another row's secret")
+	}
+	if n := recv.hitCount(); n != 0 {
+		t.Fatalf("the receiver was sent %d requests signed with a secret that does not open", n)
+	}
+
+	bare := &webhooks.Worker{Store: b.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
+	if _, err := bare.SealSecret("wh3", webhooks.NewSecret()); err == nil {
+		t.Fatal("SealSecret without a sealer succeeded")
+	}
+	if _, err := bare.Test(t.Context(), b.hook); err == nil {
+		t.Fatal("a worker without the sealer sent a test with a sealed secret")
+	}
+}
+
+func getHookID(t *testing.T, s *store.Store, id string) store.Webhook {
+	t.Helper()
+	h, err := s.GetWebhook(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func TestBackoff(t *testing.T) {
