@@ -24,7 +24,8 @@ import (
 // must declare its permission; the caller must present a valid API token;
 // the request must name its resource; the resource must belong to the
 // caller's tenant (unless the caller is the platform), else the call answers
-// not_found exactly as for a missing object; and Cedar must permit it. Every
+// not_found exactly as for a missing object; and Cedar must permit it
+// (except compute:self:read, a caller asking who it is). Every
 // refusal is written to the audit log. Anything unexpected denies.
 type authorizer struct {
 	methods map[string]Method // read-only after construction
@@ -52,12 +53,14 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 	call.Method = m
 	action := m.Authorization.GetAction()
 
-	caller, platform, epoch, err := a.authenticate(ctx, header)
+	caller, auth, err := a.authenticate(ctx, header)
 	if err != nil {
 		a.audit(ctx, call, "", action, "unauthenticated: "+err.Error(), nil)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
+	platform, epoch := auth.Platform, auth.Epoch
 	call.Caller, call.Platform, call.epoch = caller, platform, epoch
+	call.TokenID, call.TokenExpires = auth.Token.ID, auth.Token.ExpiresAt
 
 	res, err := resolveResource(m, msg, caller)
 	if err != nil {
@@ -84,6 +87,13 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 		// of the caller either.
 		a.audit(ctx, call, caller.Tenant, action, "not_found: another tenant's resource", nil)
 		return nil, notFound(res)
+	}
+
+	if action == actionSelfRead {
+		// Knowing oneself needs no policy: a token's holder learns only
+		// what the token already is. Nothing else skips Cedar.
+		call.Decision = iam.Decision{Allow: true}
+		return call, nil
 	}
 
 	rc, err := a.requestContext(ctx, call, msg)
@@ -115,34 +125,35 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 	return call, nil
 }
 
-// authenticate checks the bearer token and returns whom it acts as, whether
-// that is the platform, and the authorization epoch read with it.
-func (a *authorizer) authenticate(ctx context.Context, header http.Header) (iam.Principal, bool, int64, error) {
+// authenticate checks the bearer token and returns whom it acts as and what
+// the store read with it: the token, whether its tenant is the platform,
+// and the authorization epoch.
+func (a *authorizer) authenticate(ctx context.Context, header http.Header) (iam.Principal, store.TokenAuth, error) {
 	v := header.Get("Authorization")
 	if v == "" {
-		return iam.Principal{}, false, 0, errors.New("no API token: send one as 'Authorization: Bearer bc_...' (the CLI reads BETTER_COMPUTE_TOKEN or its context)")
+		return iam.Principal{}, store.TokenAuth{}, errors.New("no API token: send one as 'Authorization: Bearer bc_...' (the CLI reads BETTER_COMPUTE_TOKEN or its context)")
 	}
 	raw, ok := strings.CutPrefix(v, "Bearer ")
 	if !ok {
-		return iam.Principal{}, false, 0, errors.New("the Authorization header is not 'Bearer <token>'")
+		return iam.Principal{}, store.TokenAuth{}, errors.New("the Authorization header is not 'Bearer <token>'")
 	}
 	id, hash, err := iam.ParseToken(strings.TrimSpace(raw))
 	if err != nil {
-		return iam.Principal{}, false, 0, err
+		return iam.Principal{}, store.TokenAuth{}, err
 	}
 	auth, err := a.store.AuthenticateToken(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !iam.TokenHashEqual(auth.Token.SecretHash, hash)) {
-		return iam.Principal{}, false, 0, errors.New("unknown API token (it may have belonged to a deleted principal); create a new one")
+		return iam.Principal{}, store.TokenAuth{}, errors.New("unknown API token (it may have belonged to a deleted principal); create a new one")
 	}
 	if err != nil {
-		return iam.Principal{}, false, 0, fmt.Errorf("authenticate: %w", err)
+		return iam.Principal{}, store.TokenAuth{}, fmt.Errorf("authenticate: %w", err)
 	}
 	t := auth.Token
 	switch {
 	case !t.RevokedAt.IsZero():
-		return iam.Principal{}, false, 0, fmt.Errorf("API token %s was revoked at %s; create a new one", t.ID, t.RevokedAt.Format(time.RFC3339))
+		return iam.Principal{}, store.TokenAuth{}, fmt.Errorf("API token %s was revoked at %s; create a new one", t.ID, t.RevokedAt.Format(time.RFC3339))
 	case !auth.Now.Before(t.ExpiresAt):
-		return iam.Principal{}, false, 0, fmt.Errorf("API token %s expired at %s; create a new one", t.ID, t.ExpiresAt.Format(time.RFC3339))
+		return iam.Principal{}, store.TokenAuth{}, fmt.Errorf("API token %s expired at %s; create a new one", t.ID, t.ExpiresAt.Format(time.RFC3339))
 	}
 	if auth.Now.Sub(t.LastUsedAt) >= touchEvery {
 		if err := a.store.TouchToken(ctx, t.ID); err != nil {
@@ -153,7 +164,7 @@ func (a *authorizer) authenticate(ctx context.Context, header http.Header) (iam.
 	if auth.Kind == store.PrincipalServiceAccount {
 		typ = typeServiceAccount
 	}
-	return iam.Principal{Type: typ, Tenant: t.Tenant, Name: t.Principal}, auth.Platform, auth.Epoch, nil
+	return iam.Principal{Type: typ, Tenant: t.Tenant, Name: t.Principal}, auth, nil
 }
 
 // resolveResource names the entity a request acts on from the method's
@@ -216,6 +227,10 @@ func (a *authorizer) visible(res iam.Resource, caller iam.Principal, action stri
 	}
 	return res.Type == typePool && action == actionReserve && slices.Contains(offeredTo, caller.Tenant)
 }
+
+// actionSelfRead is the one action every authenticated caller may perform
+// on its own tenant without a policy: WhoAmI.
+const actionSelfRead = "compute:self:read"
 
 // actionReserve is the one action that reaches another tenant's pool, when
 // that pool is offered to the caller's tenant.

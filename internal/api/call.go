@@ -22,6 +22,9 @@ type Call struct {
 	Resource iam.Resource
 	// Decision is the policy decision that admitted the call.
 	Decision iam.Decision
+	// TokenID and TokenExpires are the API token the caller presented.
+	TokenID      string
+	TokenExpires time.Time
 	// RequestID matches the X-Request-Id response header.
 	RequestID string
 	// AuditResource, when a handler sets it, names the resource in the audit

@@ -18,6 +18,10 @@ type row struct {
 	// system marks methods on the deployment itself: no tenant to cross, and
 	// the permitted caller is the platform admin.
 	system bool
+	// anyone marks a method every authenticated caller may call without a
+	// policy (WhoAmI): the principal with no policy gets ok, and no audit
+	// event, instead of a denial.
+	anyone bool
 	// permitted, when set, is the permitted call instead of acme's admin
 	// acting in acme: the caller's token key and the request.
 	permitted func(f *fixture) (string, map[string]any)
@@ -36,6 +40,7 @@ func in(tenant string, kv ...any) map[string]any {
 var matrix = map[string]row{
 	"/bettercompute.api.v1.SystemService/GetVersion": {system: true},
 	"/bettercompute.api.v1.SystemService/GetStatus":  {system: true},
+	"/bettercompute.api.v1.SystemService/WhoAmI":     {system: true, anyone: true},
 
 	"/bettercompute.api.v1.TenantService/CreateTenant": {system: true, body: func(*fixture, string) map[string]any { return map[string]any{"name": "newco"} }},
 	"/bettercompute.api.v1.TenantService/ListTenants":  {system: true},
@@ -198,7 +203,17 @@ func TestAuthzMatrix(t *testing.T) {
 
 			expectDenial("anonymous", f.call(p, "", body("acme")), "unauthenticated")
 			expectDenial("with a malformed token", f.call(p, "bc_notatoken", body("acme")), "unauthenticated")
-			expectDenial("by a principal with no policy", f.call(p, f.tokens["acme/bob"], body("acme")), "permission_denied")
+			if r.anyone {
+				before := f.lastAudit().ID
+				if res := f.call(p, f.tokens["acme/bob"], body("acme")); res.code != "ok" {
+					t.Errorf("%s by a principal with no policy: got %s (%s), want ok", p, res.code, res.msg)
+				}
+				if e := f.lastAudit(); e.ID != before {
+					t.Errorf("%s by a principal with no policy: wrote audit event %+v, want none", p, e)
+				}
+			} else {
+				expectDenial("by a principal with no policy", f.call(p, f.tokens["acme/bob"], body("acme")), "permission_denied")
+			}
 			if !r.system {
 				res := f.call(p, f.tokens["acme/alice"], body("globex"))
 				expectDenial("at another tenant's resource", res, "not_found")

@@ -53,3 +53,17 @@ func (s *systemService) GetStatus(ctx context.Context, _ *connect.Request[apiv1.
 		DeploymentId: s.deploymentID,
 	}), nil
 }
+
+// WhoAmI answers from what the authorizer established: it reads nothing
+// more, so it costs no more than authenticating did.
+func (s *systemService) WhoAmI(ctx context.Context, _ *connect.Request[apiv1.WhoAmIRequest]) (*connect.Response[apiv1.WhoAmIResponse], error) {
+	call := callFrom(ctx)
+	return connect.NewResponse(&apiv1.WhoAmIResponse{
+		PrincipalType:   call.Caller.Type,
+		Tenant:          call.Caller.Tenant,
+		Name:            call.Caller.Name,
+		Platform:        call.Platform,
+		TokenId:         call.TokenID,
+		TokenExpireTime: timestamppb.New(call.TokenExpires),
+	}), nil
+}

@@ -85,6 +85,7 @@ func newRoot(env Env) *cobra.Command {
 		newDevCommand(g),
 		newVersionCommand(g),
 		newStatusCommand(g),
+		newWhoAmICommand(g),
 		newTenantsCommand(g),
 		newUsersCommand(g),
 		newServiceAccountsCommand(g),

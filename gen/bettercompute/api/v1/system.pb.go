@@ -262,6 +262,134 @@ func (x *GetStatusResponse) GetDeploymentId() string {
 	return ""
 }
 
+// WhoAmIRequest takes no fields: the caller is whoever the token names.
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_bettercompute_api_v1_system_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_system_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_system_proto_rawDescGZIP(), []int{4}
+}
+
+// WhoAmIResponse describes the caller.
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's Cedar entity type: "User" or "ServiceAccount".
+	PrincipalType string `protobuf:"bytes,1,opt,name=principal_type,json=principalType,proto3" json:"principal_type,omitempty"`
+	// The principal's tenant.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The principal's name, unique in its tenant.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// True when the tenant is the platform tenant, which sees every tenant.
+	Platform bool `protobuf:"varint,4,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The id of the API token the call was made with (its public part).
+	TokenId string `protobuf:"bytes,5,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// When that token expires.
+	TokenExpireTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=token_expire_time,json=tokenExpireTime,proto3" json:"token_expire_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_bettercompute_api_v1_system_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_system_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_system_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WhoAmIResponse) GetPrincipalType() string {
+	if x != nil {
+		return x.PrincipalType
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetPlatform() bool {
+	if x != nil {
+		return x.Platform
+	}
+	return false
+}
+
+func (x *WhoAmIResponse) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetTokenExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TokenExpireTime
+	}
+	return nil
+}
+
 var File_bettercompute_api_v1_system_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_system_proto_rawDesc = "" +
@@ -282,13 +410,23 @@ const file_bettercompute_api_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"store_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoreTime\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12#\n" +
-	"\rdeployment_id\x18\x06 \x01(\tR\fdeploymentId2\x9c\x02\n" +
+	"\rdeployment_id\x18\x06 \x01(\tR\fdeploymentId\"\x0f\n" +
+	"\rWhoAmIRequest\"\xe2\x01\n" +
+	"\x0eWhoAmIResponse\x12%\n" +
+	"\x0eprincipal_type\x18\x01 \x01(\tR\rprincipalType\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\bplatform\x18\x04 \x01(\bR\bplatform\x12\x19\n" +
+	"\btoken_id\x18\x05 \x01(\tR\atokenId\x12F\n" +
+	"\x11token_expire_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0ftokenExpireTime2\x95\x03\n" +
 	"\rSystemService\x12\x85\x01\n" +
 	"\n" +
 	"GetVersion\x12'.bettercompute.api.v1.GetVersionRequest\x1a(.bettercompute.api.v1.GetVersionResponse\"$\xa2\xbb\x18\x1d\n" +
 	"\x13compute:system:read\x12\x06System\x90\x02\x01\x12\x82\x01\n" +
 	"\tGetStatus\x12&.bettercompute.api.v1.GetStatusRequest\x1a'.bettercompute.api.v1.GetStatusResponse\"$\xa2\xbb\x18\x1d\n" +
-	"\x13compute:system:read\x12\x06System\x90\x02\x01BIZGgithub.com/better-compute/better-compute/gen/bettercompute/api/v1;apiv1b\x06proto3"
+	"\x13compute:system:read\x12\x06System\x90\x02\x01\x12w\n" +
+	"\x06WhoAmI\x12#.bettercompute.api.v1.WhoAmIRequest\x1a$.bettercompute.api.v1.WhoAmIResponse\"\"\xa2\xbb\x18\x1b\n" +
+	"\x11compute:self:read\x12\x06Tenant\x90\x02\x01BIZGgithub.com/better-compute/better-compute/gen/bettercompute/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bettercompute_api_v1_system_proto_rawDescOnce sync.Once
@@ -302,27 +440,32 @@ func file_bettercompute_api_v1_system_proto_rawDescGZIP() []byte {
 	return file_bettercompute_api_v1_system_proto_rawDescData
 }
 
-var file_bettercompute_api_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_bettercompute_api_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_bettercompute_api_v1_system_proto_goTypes = []any{
 	(*GetVersionRequest)(nil),     // 0: bettercompute.api.v1.GetVersionRequest
 	(*GetVersionResponse)(nil),    // 1: bettercompute.api.v1.GetVersionResponse
 	(*GetStatusRequest)(nil),      // 2: bettercompute.api.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),     // 3: bettercompute.api.v1.GetStatusResponse
-	(*durationpb.Duration)(nil),   // 4: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*WhoAmIRequest)(nil),         // 4: bettercompute.api.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),        // 5: bettercompute.api.v1.WhoAmIResponse
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_bettercompute_api_v1_system_proto_depIdxs = []int32{
-	4, // 0: bettercompute.api.v1.GetStatusResponse.uptime:type_name -> google.protobuf.Duration
-	5, // 1: bettercompute.api.v1.GetStatusResponse.store_time:type_name -> google.protobuf.Timestamp
-	0, // 2: bettercompute.api.v1.SystemService.GetVersion:input_type -> bettercompute.api.v1.GetVersionRequest
-	2, // 3: bettercompute.api.v1.SystemService.GetStatus:input_type -> bettercompute.api.v1.GetStatusRequest
-	1, // 4: bettercompute.api.v1.SystemService.GetVersion:output_type -> bettercompute.api.v1.GetVersionResponse
-	3, // 5: bettercompute.api.v1.SystemService.GetStatus:output_type -> bettercompute.api.v1.GetStatusResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	6, // 0: bettercompute.api.v1.GetStatusResponse.uptime:type_name -> google.protobuf.Duration
+	7, // 1: bettercompute.api.v1.GetStatusResponse.store_time:type_name -> google.protobuf.Timestamp
+	7, // 2: bettercompute.api.v1.WhoAmIResponse.token_expire_time:type_name -> google.protobuf.Timestamp
+	0, // 3: bettercompute.api.v1.SystemService.GetVersion:input_type -> bettercompute.api.v1.GetVersionRequest
+	2, // 4: bettercompute.api.v1.SystemService.GetStatus:input_type -> bettercompute.api.v1.GetStatusRequest
+	4, // 5: bettercompute.api.v1.SystemService.WhoAmI:input_type -> bettercompute.api.v1.WhoAmIRequest
+	1, // 6: bettercompute.api.v1.SystemService.GetVersion:output_type -> bettercompute.api.v1.GetVersionResponse
+	3, // 7: bettercompute.api.v1.SystemService.GetStatus:output_type -> bettercompute.api.v1.GetStatusResponse
+	5, // 8: bettercompute.api.v1.SystemService.WhoAmI:output_type -> bettercompute.api.v1.WhoAmIResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_bettercompute_api_v1_system_proto_init() }
@@ -337,7 +480,7 @@ func file_bettercompute_api_v1_system_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bettercompute_api_v1_system_proto_rawDesc), len(file_bettercompute_api_v1_system_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	SystemServiceGetVersionProcedure = "/bettercompute.api.v1.SystemService/GetVersion"
 	// SystemServiceGetStatusProcedure is the fully-qualified name of the SystemService's GetStatus RPC.
 	SystemServiceGetStatusProcedure = "/bettercompute.api.v1.SystemService/GetStatus"
+	// SystemServiceWhoAmIProcedure is the fully-qualified name of the SystemService's WhoAmI RPC.
+	SystemServiceWhoAmIProcedure = "/bettercompute.api.v1.SystemService/WhoAmI"
 )
 
 // SystemServiceClient is a client for the bettercompute.api.v1.SystemService service.
@@ -47,6 +49,11 @@ type SystemServiceClient interface {
 	// GetStatus returns the store the server runs on, its schema version and
 	// how long the server has been up.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
+	// WhoAmI returns the caller: its principal, whether it belongs to the
+	// platform tenant, and the token it called with. Every authenticated
+	// caller may call it, whatever the policies say (it tells a token's holder
+	// only what the token already is), and it writes no audit event.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewSystemServiceClient constructs a client for the bettercompute.api.v1.SystemService service. By
@@ -74,6 +81,13 @@ func NewSystemServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
+			httpClient,
+			baseURL+SystemServiceWhoAmIProcedure,
+			connect.WithSchema(systemServiceMethods.ByName("WhoAmI")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -81,6 +95,7 @@ func NewSystemServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 type systemServiceClient struct {
 	getVersion *connect.Client[v1.GetVersionRequest, v1.GetVersionResponse]
 	getStatus  *connect.Client[v1.GetStatusRequest, v1.GetStatusResponse]
+	whoAmI     *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // GetVersion calls bettercompute.api.v1.SystemService.GetVersion.
@@ -93,6 +108,11 @@ func (c *systemServiceClient) GetStatus(ctx context.Context, req *connect.Reques
 	return c.getStatus.CallUnary(ctx, req)
 }
 
+// WhoAmI calls bettercompute.api.v1.SystemService.WhoAmI.
+func (c *systemServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return c.whoAmI.CallUnary(ctx, req)
+}
+
 // SystemServiceHandler is an implementation of the bettercompute.api.v1.SystemService service.
 type SystemServiceHandler interface {
 	// GetVersion returns the server's build.
@@ -100,6 +120,11 @@ type SystemServiceHandler interface {
 	// GetStatus returns the store the server runs on, its schema version and
 	// how long the server has been up.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
+	// WhoAmI returns the caller: its principal, whether it belongs to the
+	// platform tenant, and the token it called with. Every authenticated
+	// caller may call it, whatever the policies say (it tells a token's holder
+	// only what the token already is), and it writes no audit event.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewSystemServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -123,12 +148,21 @@ func NewSystemServiceHandler(svc SystemServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	systemServiceWhoAmIHandler := connect.NewUnaryHandler(
+		SystemServiceWhoAmIProcedure,
+		svc.WhoAmI,
+		connect.WithSchema(systemServiceMethods.ByName("WhoAmI")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bettercompute.api.v1.SystemService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SystemServiceGetVersionProcedure:
 			systemServiceGetVersionHandler.ServeHTTP(w, r)
 		case SystemServiceGetStatusProcedure:
 			systemServiceGetStatusHandler.ServeHTTP(w, r)
+		case SystemServiceWhoAmIProcedure:
+			systemServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -144,4 +178,8 @@ func (UnimplementedSystemServiceHandler) GetVersion(context.Context, *connect.Re
 
 func (UnimplementedSystemServiceHandler) GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.SystemService.GetStatus is not implemented"))
+}
+
+func (UnimplementedSystemServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.SystemService.WhoAmI is not implemented"))
 }
