@@ -36,8 +36,9 @@ type Config struct {
 	Sessions Sessions
 	// Nodes describes how nodes join this deployment.
 	Nodes NodeAccess
-	// Webhooks checks webhook URLs and sends test events; nil refuses
-	// private targets and sends with the defaults.
+	// Webhooks checks webhook URLs, seals new webhooks' secrets and sends
+	// test events; nil refuses private targets, seals with
+	// Nodes.Authority's sealer and sends with the defaults.
 	Webhooks *webhooks.Worker
 	// Events follows the event outbox for the event stream (StreamPath);
 	// nil serves ListEvents alone.
@@ -82,7 +83,7 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	mux.Handle(apiv1connect.NewUsageServiceHandler(&usageService{b}, opts))
 	hooks := cfg.Webhooks
 	if hooks == nil {
-		hooks = &webhooks.Worker{Store: cfg.Store, Logger: cfg.Logger}
+		hooks = &webhooks.Worker{Store: cfg.Store, Logger: cfg.Logger, Sealer: cfg.Nodes.Authority.Sealer()}
 	}
 	mux.Handle(apiv1connect.NewWebhookServiceHandler(&webhookService{base: b, worker: hooks}, opts))
 	ev := &eventService{base: b, authz: admit, hub: cfg.Events}

@@ -45,7 +45,13 @@ func (s *webhookService) CreateWebhook(ctx context.Context, req *connect.Request
 	}
 	id := newWebhookID()
 	callFrom(ctx).AuditResource = resourceFor(typeWebhook, tenant, id).String()
+	// The row keeps the secret sealed for this id; the caller sees it once,
+	// in this answer.
 	secret := webhooks.NewSecret()
+	sealed, err := s.worker.SealSecret(id, secret)
+	if err != nil {
+		return nil, err
+	}
 	var w store.Webhook
 	err = s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
 		existing, err := q.ListWebhooks(ctx, tenant)
@@ -55,7 +61,7 @@ func (s *webhookService) CreateWebhook(ctx context.Context, req *connect.Request
 		if len(existing) >= maxWebhooksPerTenant {
 			return connect.NewError(connect.CodeResourceExhausted, errors.New("tenant "+tenant+" has "+strconv.Itoa(len(existing))+" webhooks, the most it may have; delete one first"))
 		}
-		w, err = q.CreateWebhook(ctx, store.Webhook{ID: id, Tenant: tenant, URL: url, Events: patterns, Secret: secret})
+		w, err = q.CreateWebhook(ctx, store.Webhook{ID: id, Tenant: tenant, URL: url, Events: patterns, Secret: sealed})
 		return notFoundAs(err, typeTenant, tenant, tenant)
 	})
 	if err != nil {

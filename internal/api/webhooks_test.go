@@ -50,7 +50,7 @@ func TestWebhooksAPI(t *testing.T) {
 			t.Errorf("CreateWebhook(loopback) = %s (%s), want invalid_argument naming the flag", res.code, res.msg)
 		}
 
-		worker := &webhooks.Worker{Store: f.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
+		worker := &webhooks.Worker{Store: f.store, Sealer: f.authority.Sealer(), URLs: webhooks.URLChecker{AllowPrivate: true}}
 		mux := http.NewServeMux()
 		if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
 			t.Fatal(err)
@@ -102,6 +102,15 @@ func TestWebhooksAPI(t *testing.T) {
 		mu.Unlock()
 		if !strings.HasPrefix(string(secret), "whsec_") || hook["state"] != "active" || hook["tenant"] != "acme" || hook["url"] != recv.URL+"/in" {
 			t.Errorf("CreateWebhook = %v, want an active acme webhook and a whsec_ secret", res.body)
+		}
+		// The store holds the secret sealed: a copy of the database alone
+		// cannot sign deliveries.
+		stored, err := f.store.GetWebhook(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Secret == secret || strings.Contains(string(stored.Secret), strings.TrimPrefix(string(secret), "whsec_")) || !strings.HasPrefix(string(stored.Secret), "sealed:v1:") {
+			t.Errorf("the store holds the secret as %q, want it sealed", string(stored.Secret))
 		}
 		for _, m := range []string{"GetWebhook", "ListWebhooks"} {
 			res := open.call(svc+m, alice, map[string]any{"id": id})
@@ -166,6 +175,35 @@ func TestWebhooksAPI(t *testing.T) {
 			t.Errorf("GetWebhook after delete = %s, want not_found", res.code)
 		}
 	})
+}
+
+// TestWebhookNeedsSealer: a server without the key file's sealer refuses
+// to create a webhook rather than store its secret plain.
+func TestWebhookNeedsSealer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, store.EngineSQLite)
+	mux := http.NewServeMux()
+	worker := &webhooks.Worker{Store: f.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
+	if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(requestid.Middleware(mux))
+	t.Cleanup(srv.Close)
+	bare := *f
+	bare.url = srv.URL
+	res := bare.call("/bettercompute.api.v1.WebhookService/CreateWebhook", f.tokens["acme/alice"], map[string]any{"url": "http://127.0.0.1:9/", "events": []string{"*"}})
+	if res.code == "ok" {
+		t.Fatalf("CreateWebhook without a sealer = ok %v, want an error", res.body)
+	}
+	ws, err := f.store.ListWebhooks(t.Context(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if !strings.HasPrefix(string(w.Secret), "sealed:v1:") && w.URL == "http://127.0.0.1:9/" {
+			t.Fatalf("webhook %s was stored with its secret plain", w.ID)
+		}
+	}
 }
 
 func jsonOf(v any) string {
