@@ -234,7 +234,9 @@ func Run(ctx context.Context, cfg Config) error {
 		nodes.DownloadURL, nodes.BcdSHA256 = apiURL+"/downloads/"+bcd.name, bcd.sha256
 	}
 	hub := events.NewHub(st, 0, 0, logger)
-	hooks := &webhooks.Worker{Store: st, Logger: logger, URLs: webhooks.URLChecker{AllowPrivate: cfg.WebhooksAllowPrivate}}
+	// Webhook secrets are sealed under the CA keys' key file, so that a copy
+	// of the database alone cannot sign deliveries.
+	hooks := &webhooks.Worker{Store: st, Sealer: authority.Sealer(), Logger: logger, URLs: webhooks.URLChecker{AllowPrivate: cfg.WebhooksAllowPrivate}}
 	if err := api.Mount(mux, api.Config{Store: st, Logger: logger, Metrics: reg, Started: started, DeploymentID: deploymentID, Sessions: gw, Nodes: nodes, Events: hub, Webhooks: hooks}); err != nil {
 		return err
 	}
