@@ -25,7 +25,8 @@ const (
 	WebhookFailing WebhookState = "failing"
 )
 
-// WebhookSecret is a webhook's signing secret, whsec_ and base64. Its
+// WebhookSecret is a webhook's signing secret, whsec_ and base64, or its
+// sealed form as the store keeps it (Webhook.Secret). Its
 // String, GoString and LogValue hide it, so that printing or logging a
 // Webhook never shows it; convert it with string() where it must be used.
 type WebhookSecret string
@@ -50,7 +51,10 @@ type Webhook struct {
 	// Events are the patterns of the event types delivered: a type
 	// (node.ready), a kind (reservation.*) or everything (*).
 	Events []string
-	// Secret signs every delivery; the receiver verifies with it.
+	// Secret is the signing secret as stored: sealed under the key file
+	// for this ID (sealed:v1:...), or a plain whsec_ value in rows from
+	// before sealing. The store keeps it as given; internal/webhooks seals
+	// and opens it.
 	Secret WebhookSecret
 	// State is active or failing.
 	State WebhookState
