@@ -65,6 +65,7 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	)
 	b := base{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle(apiv1connect.NewSystemServiceHandler(&systemService{
+		authz:        admit,
 		store:        cfg.Store,
 		started:      cfg.Started,
 		deploymentID: cfg.DeploymentID,

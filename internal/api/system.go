@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -11,12 +12,16 @@ import (
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/version"
 )
 
-// systemService answers what the control plane is and how it runs.
+// systemService answers what the control plane is and how it runs, and who
+// the caller is.
 type systemService struct {
+	// authz decides the actions WhoAmI is asked about.
+	authz        *authorizer
 	store        *store.Store
 	started      time.Time
 	deploymentID string
@@ -54,16 +59,58 @@ func (s *systemService) GetStatus(ctx context.Context, _ *connect.Request[apiv1.
 	}), nil
 }
 
-// WhoAmI answers from what the authorizer established: it reads nothing
-// more, so it costs no more than authenticating did.
-func (s *systemService) WhoAmI(ctx context.Context, _ *connect.Request[apiv1.WhoAmIRequest]) (*connect.Response[apiv1.WhoAmIResponse], error) {
+// maxWhoAmIActions bounds how many actions one WhoAmI may ask about.
+const maxWhoAmIActions = 64
+
+// WhoAmI answers from what the authorizer established, plus one policy
+// decision per action asked about (cached by epoch, like every decision).
+func (s *systemService) WhoAmI(ctx context.Context, req *connect.Request[apiv1.WhoAmIRequest]) (*connect.Response[apiv1.WhoAmIResponse], error) {
 	call := callFrom(ctx)
+	actions := req.Msg.GetActions()
+	if len(actions) > maxWhoAmIActions {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d actions asked about; at most %d", len(actions), maxWhoAmIActions))
+	}
+	var permitted []string
+	for _, a := range actions {
+		ok, err := s.permits(ctx, call, a)
+		if err != nil {
+			return nil, fmt.Errorf("who am i: %s: %w", a, err)
+		}
+		if ok {
+			permitted = append(permitted, a)
+		}
+	}
 	return connect.NewResponse(&apiv1.WhoAmIResponse{
-		PrincipalType:   call.Caller.Type,
-		Tenant:          call.Caller.Tenant,
-		Name:            call.Caller.Name,
-		Platform:        call.Platform,
-		TokenId:         call.TokenID,
-		TokenExpireTime: timestamppb.New(call.TokenExpires),
+		PrincipalType:    call.Caller.Type,
+		Tenant:           call.Caller.Tenant,
+		Name:             call.Caller.Name,
+		Platform:         call.Platform,
+		TokenId:          call.TokenID,
+		TokenExpireTime:  timestamppb.New(call.TokenExpires),
+		PermittedActions: permitted,
 	}), nil
+}
+
+// permits reports whether the policies permit call's caller action on its
+// own tenant or, for an action on the deployment, on the deployment. It
+// answers a question and admits nothing, so it audits nothing. An unknown
+// action, or one on other resources, is not permitted.
+func (s *systemService) permits(ctx context.Context, call *Call, action string) (bool, error) {
+	if action == actionSelfRead {
+		return true, nil
+	}
+	_, resources, ok := iam.ActionAppliesTo(action)
+	var res iam.Resource
+	switch {
+	case !ok:
+		return false, nil
+	case slices.Contains(resources, typeTenant):
+		res = iam.Resource{Type: typeTenant, Tenant: call.Caller.Tenant}
+	case slices.Contains(resources, typeSystem):
+		res = iam.Resource{Type: typeSystem}
+	default:
+		return false, nil
+	}
+	dec, err := s.authz.authz.Authorize(ctx, call.epoch, iam.Request{Principal: call.Caller, Action: action, Resource: res})
+	return dec.Allow, err
 }

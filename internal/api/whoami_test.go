@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,32 @@ func TestWhoAmI(t *testing.T) {
 				t.Errorf("%s/%s: WhoAmI wrote %d audit events, want none", tt.tenant, tt.name, n-before)
 			}
 		}
+		// Asked about actions, it answers from the policies: the platform
+		// admin may list tenants, acme's admin (under the lockdown) nothing,
+		// globex's admin its own tenant's policies but not every tenant.
+		ask := []string{"compute:tenants:list", "compute:policies:list", "compute:pools:get", "compute:nope", "compute:self:read"}
+		for _, tt := range []struct {
+			who  string
+			want []any
+		}{
+			{"platform/admin", []any{"compute:tenants:list", "compute:policies:list", "compute:self:read"}},
+			{"acme/alice", []any{"compute:self:read"}},
+			{"globex/carol", []any{"compute:policies:list", "compute:self:read"}},
+		} {
+			before := audits()
+			res := f.call(whoAmI, f.tokens[tt.who], map[string]any{"actions": ask})
+			got, _ := res.body["permittedActions"].([]any)
+			if res.code != "ok" || fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("%s asks about %v: got %s %v, want %v", tt.who, ask, res.code, got, tt.want)
+			}
+			if n := audits(); n != before {
+				t.Errorf("%s: checking actions wrote %d audit events", tt.who, n-before)
+			}
+		}
+		if res := f.call(whoAmI, f.tokens["acme/bob"], map[string]any{"actions": make([]string, 65)}); res.code != "invalid_argument" || !strings.Contains(res.msg, "at most 64") {
+			t.Errorf("65 actions: got %s %q, want invalid_argument", res.code, res.msg)
+		}
+
 		// The lockdown does hold for everything else.
 		if res := f.call(listUsers, f.tokens["acme/alice"], map[string]any{}); res.code != "permission_denied" {
 			t.Errorf("ListUsers under a forbid-all policy: got %s, want permission_denied", res.code)

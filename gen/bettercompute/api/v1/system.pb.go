@@ -262,9 +262,15 @@ func (x *GetStatusResponse) GetDeploymentId() string {
 	return ""
 }
 
-// WhoAmIRequest takes no fields: the caller is whoever the token names.
+// WhoAmIRequest may ask which actions the caller may perform.
 type WhoAmIRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Actions to check, at most 64, such as "compute:policies:list". The
+	// response lists those of them the policies permit the caller on its own
+	// tenant or, for a deployment-wide action, on the deployment; an action
+	// on other resources (one pool, one node) or unknown is never listed.
+	// Checking writes no audit event.
+	Actions       []string `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +305,13 @@ func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
 	return file_bettercompute_api_v1_system_proto_rawDescGZIP(), []int{4}
 }
 
+func (x *WhoAmIRequest) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
 // WhoAmIResponse describes the caller.
 type WhoAmIResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -314,8 +327,10 @@ type WhoAmIResponse struct {
 	TokenId string `protobuf:"bytes,5,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
 	// When that token expires.
 	TokenExpireTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=token_expire_time,json=tokenExpireTime,proto3" json:"token_expire_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The requested actions the caller may perform, in the order asked.
+	PermittedActions []string `protobuf:"bytes,7,rep,name=permitted_actions,json=permittedActions,proto3" json:"permitted_actions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WhoAmIResponse) Reset() {
@@ -390,6 +405,13 @@ func (x *WhoAmIResponse) GetTokenExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WhoAmIResponse) GetPermittedActions() []string {
+	if x != nil {
+		return x.PermittedActions
+	}
+	return nil
+}
+
 var File_bettercompute_api_v1_system_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_system_proto_rawDesc = "" +
@@ -410,15 +432,17 @@ const file_bettercompute_api_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"store_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoreTime\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12#\n" +
-	"\rdeployment_id\x18\x06 \x01(\tR\fdeploymentId\"\x0f\n" +
-	"\rWhoAmIRequest\"\xe2\x01\n" +
+	"\rdeployment_id\x18\x06 \x01(\tR\fdeploymentId\")\n" +
+	"\rWhoAmIRequest\x12\x18\n" +
+	"\aactions\x18\x01 \x03(\tR\aactions\"\x8f\x02\n" +
 	"\x0eWhoAmIResponse\x12%\n" +
 	"\x0eprincipal_type\x18\x01 \x01(\tR\rprincipalType\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
 	"\bplatform\x18\x04 \x01(\bR\bplatform\x12\x19\n" +
 	"\btoken_id\x18\x05 \x01(\tR\atokenId\x12F\n" +
-	"\x11token_expire_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0ftokenExpireTime2\x95\x03\n" +
+	"\x11token_expire_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0ftokenExpireTime\x12+\n" +
+	"\x11permitted_actions\x18\a \x03(\tR\x10permittedActions2\x95\x03\n" +
 	"\rSystemService\x12\x85\x01\n" +
 	"\n" +
 	"GetVersion\x12'.bettercompute.api.v1.GetVersionRequest\x1a(.bettercompute.api.v1.GetVersionResponse\"$\xa2\xbb\x18\x1d\n" +

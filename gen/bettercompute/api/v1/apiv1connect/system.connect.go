@@ -50,7 +50,8 @@ type SystemServiceClient interface {
 	// how long the server has been up.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
 	// WhoAmI returns the caller: its principal, whether it belongs to the
-	// platform tenant, and the token it called with. Every authenticated
+	// platform tenant, the token it called with and, of the actions it asks
+	// about, those it may perform. Every authenticated
 	// caller may call it, whatever the policies say (it tells a token's holder
 	// only what the token already is), and it writes no audit event.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
@@ -121,7 +122,8 @@ type SystemServiceHandler interface {
 	// how long the server has been up.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
 	// WhoAmI returns the caller: its principal, whether it belongs to the
-	// platform tenant, and the token it called with. Every authenticated
+	// platform tenant, the token it called with and, of the actions it asks
+	// about, those it may perform. Every authenticated
 	// caller may call it, whatever the policies say (it tells a token's holder
 	// only what the token already is), and it writes no audit event.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
