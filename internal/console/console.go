@@ -17,9 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -31,9 +29,13 @@ import (
 // Cookie names. The session cookie holds the API token verbatim: the
 // console keeps no session state, so any server process sharing the store
 // serves any signed-in user, and revoking the token ends the session.
+// The sign-in cookie holds a random value made when the sign-in form is
+// shown; the form carries its HMAC, so only a form this console gave this
+// browser can sign it in (no signing a victim in as the attacker).
 const (
 	sessionCookie = "bc_session"
 	flashCookie   = "bc_flash"
+	signInCookie  = "bc_signin"
 )
 
 // apiBase is the client's base URL; calls never leave the process, so the
@@ -63,9 +65,6 @@ type server struct {
 	secure  bool
 	csrfKey []byte // per process: a restart invalidates open forms, not sessions
 	pages   map[string]*pageTemplate
-
-	mu  sync.Mutex            // guards ids
-	ids map[[32]byte]identity // by the token's SHA-256
 }
 
 // Mount registers the console's routes on mux. It claims / (exactly), a few
@@ -75,7 +74,7 @@ func Mount(mux *http.ServeMux, cfg Config) (err error) {
 	if cfg.API == nil {
 		return errors.New("console: no API handler to call")
 	}
-	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: make([]byte, 32), ids: map[[32]byte]identity{}}
+	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: make([]byte, 32)}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -113,6 +112,19 @@ func Mount(mux *http.ServeMux, cfg Config) (err error) {
 		"GET /usage":                      s.usage,
 		"GET /usage.csv":                  s.usageCSV,
 		"GET /audit":                      s.audit,
+		"GET /tenants":                    s.tenants,
+		"POST /tenants":                   s.createTenant,
+		"GET /principals":                 s.principals,
+		"POST /principals":                s.createPrincipal,
+		"POST /principals/delete":         s.deletePrincipal,
+		"POST /tokens":                    s.createToken,
+		"POST /tokens/revoke":             s.revokeToken,
+		"GET /groups":                     s.groups,
+		"POST /groups/members":            s.changeMember,
+		"GET /policies":                   s.policies,
+		"GET /policies/edit":              s.policyEditor,
+		"POST /policies/edit":             s.savePolicy,
+		"POST /policies/delete":           s.deletePolicy,
 	} {
 		mux.Handle(pattern, s.authed(h))
 	}
@@ -133,11 +145,17 @@ type session struct {
 	token string
 	api   *client.Client
 	csrf  string
-	// tenant is the caller's tenant, when the API let the console see it.
+	// principal is the caller as a Cedar entity, User::"acme/alice".
+	principal string
+	// tenant is the caller's tenant.
 	tenant string
 	// platform is true for a principal of the platform tenant, which sees
 	// every tenant.
 	platform bool
+	// may holds the admin actions (adminActions) the policies permit the
+	// caller, as WhoAmI answered: it decides which admin pages the nav
+	// offers. The API still decides every call.
+	may map[string]bool
 	// flash is a one-line message carried over a redirect.
 	flash string
 }
@@ -184,10 +202,8 @@ func (s *server) authed(h handler) http.Handler {
 			sess.flash, _ = url.QueryUnescape(f.Value)
 			http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
 		}
-		// An unknown identity only hides the platform's extras; an
-		// unauthenticated one ends the session.
 		err = s.identify(r, sess)
-		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+		if err == nil {
 			err = h(w, r, sess)
 		}
 		if err == nil {
@@ -202,66 +218,36 @@ func (s *server) authed(h handler) http.Handler {
 	})
 }
 
-// identityTTL bounds how long the console trusts what it learned of a
-// token's principal; it only decides what the layout shows, never access.
-const identityTTL = 5 * time.Minute
+// adminActions are the actions whose permission opens an admin page: the
+// console asks WhoAmI which of them the caller may perform.
+var adminActions = []string{actTenantsList, actUsersList, actServiceAccountsList, actGroupsList, actPoliciesList}
 
-// identity is what the console learned of a token's principal.
-type identity struct {
-	tenant   string
-	platform bool
-	learned  time.Time
-}
+const (
+	actTenantsList         = "compute:tenants:list"
+	actUsersList           = "compute:users:list"
+	actServiceAccountsList = "compute:service-accounts:list"
+	actGroupsList          = "compute:groups:list"
+	actPoliciesList        = "compute:policies:list"
+)
 
-// deniedCaller reads the caller from a denial, which names it first:
-// `User::"acme/alice" may not ...`.
-var deniedCaller = regexp.MustCompile(`^[A-Za-z]+::"([a-z0-9-]+)/[^"]*" may not `)
-
-// identify learns the caller's tenant from the tenants it may list: the
-// platform sees the platform tenant among all, anyone else only its own.
-// A principal that may not list tenants is named by the denial. The answer
-// is cached per token, so that pages do not each ask (and each leave a
-// denial in the audit log).
+// identify asks the API who the caller is and which admin pages it may use.
+// Every authenticated caller may ask, it writes no audit event, and it
+// costs what authenticating costs, so every page asks afresh: a changed
+// policy shows on the next page.
 func (s *server) identify(r *http.Request, sess *session) error {
-	key := sha256.Sum256([]byte(sess.token))
-	s.mu.Lock()
-	id, ok := s.ids[key]
-	s.mu.Unlock()
-	if ok && time.Since(id.learned) < identityTTL {
-		sess.tenant, sess.platform = id.tenant, id.platform
-		return nil
-	}
-	id = identity{learned: time.Now()}
-	res, err := sess.api.Tenants.ListTenants(r.Context(), connect.NewRequest(&apiv1.ListTenantsRequest{}))
-	switch {
-	case err == nil:
-		for _, t := range res.Msg.GetTenants() {
-			if t.GetPlatform() {
-				id.tenant, id.platform = t.GetName(), true
-			}
-		}
-		if ts := res.Msg.GetTenants(); !id.platform && len(ts) == 1 {
-			id.tenant = ts[0].GetName()
-		}
-	case connect.CodeOf(err) == connect.CodePermissionDenied:
-		if m := deniedCaller.FindStringSubmatch(message(err)); m != nil {
-			id.tenant = m[1]
-		}
-	default:
+	res, err := sess.api.System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{Actions: adminActions}))
+	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	if len(s.ids) >= maxIdentities {
-		clear(s.ids) // a crude bound: relearning costs one call per user
+	me := res.Msg
+	sess.principal = fmt.Sprintf("%s::%q", me.GetPrincipalType(), me.GetTenant()+"/"+me.GetName())
+	sess.tenant, sess.platform = me.GetTenant(), me.GetPlatform()
+	sess.may = map[string]bool{}
+	for _, a := range me.GetPermittedActions() {
+		sess.may[a] = true
 	}
-	s.ids[key] = id
-	s.mu.Unlock()
-	sess.tenant, sess.platform = id.tenant, id.platform
 	return nil
 }
-
-// maxIdentities bounds the identity cache.
-const maxIdentities = 10000
 
 // redirect ends a successful form post: the browser gets the page again by
 // GET (so a reload does not repeat the post) with msg shown once.
@@ -310,33 +296,61 @@ func statusOf(err error) int {
 // signInData is the sign-in page's model.
 type signInData struct {
 	Error string
+	// CSRF is the form's token, bound to the sign-in cookie.
+	CSRF string
+}
+
+// signInCSRF is the sign-in form's token for the sign-in cookie's value.
+func (s *server) signInCSRF(nonce string) string {
+	m := hmac.New(sha256.New, s.csrfKey)
+	m.Write([]byte("sign-in\x00" + nonce))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// showSignIn renders the sign-in form with a fresh sign-in cookie, so that
+// every form shown can be posted once the user has a token to paste.
+func (s *server) showSignIn(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		http.Error(w, "the console could not make a sign-in form", http.StatusInternalServerError)
+		return
+	}
+	v := hex.EncodeToString(nonce)
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: v, Path: "/sign-in", MaxAge: 3600, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
+	s.render(w, r, nil, status, "sign-in", "Sign in", signInData{Error: msg, CSRF: s.signInCSRF(v)})
 }
 
 func (s *server) signInForm(w http.ResponseWriter, r *http.Request) {
-	var d signInData
+	var msg string
 	if r.URL.Query().Get("why") == "expired" {
-		d.Error = "Your session ended: the API no longer accepts its token (expired, revoked or unknown). Sign in again."
+		msg = "Your session ended: the API no longer accepts its token (expired, revoked or unknown). Sign in again."
 	}
-	s.render(w, r, nil, http.StatusOK, "sign-in", "Sign in", d)
+	s.showSignIn(w, r, http.StatusOK, msg)
 }
 
 func (s *server) signIn(w http.ResponseWriter, r *http.Request) {
+	c, err := r.Cookie(signInCookie)
+	if err != nil || c.Value == "" || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.signInCSRF(c.Value))) {
+		s.showSignIn(w, r, http.StatusForbidden, "This sign-in form expired or did not come from this console. Sign in again.")
+		return
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if token == "" {
-		s.render(w, r, nil, http.StatusBadRequest, "sign-in", "Sign in", signInData{Error: "Give an API token (bc_...)."})
+		s.showSignIn(w, r, http.StatusBadRequest, "Give an API token (bc_...).")
 		return
 	}
-	// Any answer but unauthenticated proves the token: a user who may not
-	// list tenants is still signed in.
-	_, err := s.clientFor(token).Tenants.ListTenants(r.Context(), connect.NewRequest(&apiv1.ListTenantsRequest{}))
-	if connect.CodeOf(err) == connect.CodeUnauthenticated {
-		s.render(w, r, nil, http.StatusUnauthorized, "sign-in", "Sign in", signInData{Error: "The API refused this token: " + message(err)})
+	// WhoAmI answers every valid token, whatever the policies say, and
+	// records nothing: the check proves the token and nothing more.
+	_, err = s.clientFor(token).System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeUnauthenticated:
+		s.showSignIn(w, r, http.StatusUnauthorized, "The API refused this token: "+message(err))
+		return
+	case err != nil:
+		s.showSignIn(w, r, statusOf(err), message(err))
 		return
 	}
-	if err != nil && connect.CodeOf(err) != connect.CodePermissionDenied {
-		s.render(w, r, nil, statusOf(err), "sign-in", "Sign in", signInData{Error: message(err)})
-		return
-	}
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Path: "/sign-in", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: token, Path: "/", HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

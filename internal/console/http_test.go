@@ -49,16 +49,44 @@ func TestSessionHTTP(t *testing.T) {
 		t.Error("GET /v1/nope went to the console; /v1/ is the API's")
 	}
 
+	// Login CSRF: a sign-in post without the form's token (a page of
+	// another site signing the victim in as the attacker) signs nobody in.
+	signInCSRF := func() string {
+		t.Helper()
+		_, body := get("/sign-in")
+		m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatal("the sign-in form has no CSRF field")
+		}
+		return m[1]
+	}
+	if res, body := post("/sign-in", url.Values{"token": {st.admin}}); res.StatusCode != http.StatusForbidden || !strings.Contains(body, "did not come from this console") || sessionSet(res) {
+		t.Fatalf("sign in without the form's CSRF token: %d, session set %v", res.StatusCode, sessionSet(res))
+	}
+	// Another browser's form token does not fit this browser's cookie.
+	other := httpClient(t)
+	ores, err := other.Get(st.url + "/sign-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, _ := io.ReadAll(ores.Body)
+	ores.Body.Close()
+	foreign := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(string(ob))[1]
+	signInCSRF() // this browser now has a sign-in cookie of its own
+	if res, _ := post("/sign-in", url.Values{"token": {st.admin}, "csrf": {foreign}}); res.StatusCode != http.StatusForbidden || sessionSet(res) {
+		t.Fatalf("sign in with another browser's form token: %d, session set %v", res.StatusCode, sessionSet(res))
+	}
+
 	// A token the API refuses is refused with the API's reason.
-	res, body := post("/sign-in", url.Values{"token": {"bc_nope_nope"}})
+	res, body := post("/sign-in", url.Values{"token": {"bc_nope_nope"}, "csrf": {signInCSRF()}})
 	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "The API refused this token") {
 		t.Fatalf("sign in with a bad token: %d, page %q", res.StatusCode, body)
 	}
-	if len(res.Cookies()) != 0 {
-		t.Errorf("a refused sign-in set cookies: %v", res.Cookies())
+	if sessionSet(res) {
+		t.Errorf("a refused sign-in set the session: %v", res.Cookies())
 	}
 
-	res, _ = post("/sign-in", url.Values{"token": {st.admin}})
+	res, _ = post("/sign-in", url.Values{"token": {st.admin}, "csrf": {signInCSRF()}})
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" {
 		t.Fatalf("sign in as admin: %d to %q, want 303 to /", res.StatusCode, res.Header.Get("Location"))
 	}
@@ -126,4 +154,14 @@ func TestSessionHTTP(t *testing.T) {
 	if _, body := get("/sign-in?why=expired"); !strings.Contains(body, "Your session ended") {
 		t.Error("the sign-in page does not say why the session ended")
 	}
+}
+
+// sessionSet reports whether res sets a session cookie.
+func sessionSet(res *http.Response) bool {
+	for _, c := range res.Cookies() {
+		if c.Name == "bc_session" && c.Value != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -27,9 +27,14 @@ type view struct {
 	Signed   bool
 	Tenant   string
 	Platform bool
-	CSRF     string
-	Flash    string
-	Data     any
+	// Principal is the signed-in caller, User::"acme/alice".
+	Principal string
+	// May names the admin pages the nav offers: tenants, principals,
+	// groups, policies.
+	May   map[string]bool
+	CSRF  string
+	Flash string
+	Data  any
 }
 
 var funcs = template.FuncMap{
@@ -43,6 +48,7 @@ var funcs = template.FuncMap{
 	"bytes":     fmtBytes,
 	"cmdState":  cmdState,
 	"list":      func(v ...int) []int { return v },
+	"lineCount": func(s string) int { return strings.Count(strings.TrimRight(s, "\n"), "\n") + 1 },
 }
 
 // parsePages parses each page with the layout, once, at mount.
@@ -71,6 +77,13 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, sess *session, s
 	v := view{Title: title, Page: page, Data: data}
 	if sess != nil {
 		v.Signed, v.Tenant, v.Platform, v.CSRF, v.Flash = true, sess.tenant, sess.platform, sess.csrf, sess.flash
+		v.Principal = sess.principal
+		v.May = map[string]bool{
+			"tenants":    sess.may[actTenantsList],
+			"principals": sess.may[actUsersList] || sess.may[actServiceAccountsList],
+			"groups":     sess.may[actGroupsList],
+			"policies":   sess.may[actPoliciesList],
+		}
 	}
 	var buf bytes.Buffer
 	if err := s.pages[page].Execute(&buf, v); err != nil {

@@ -35,7 +35,9 @@
 
   function refresh() {
     var main = document.querySelector("main");
-    if (!main) return;
+    // An editor holding the answer to a post (a refused policy) keeps it:
+    // the page at its address would be another.
+    if (!main || main.querySelector("[data-no-refresh]")) return;
     fetch(location.href, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
       .then(function (res) {
         if (res.redirected && /\/sign-in/.test(res.url)) { location.href = res.url; return null; }
@@ -122,4 +124,20 @@ document.addEventListener("click", function (ev) {
   var src = document.getElementById(btn.getAttribute("data-copy"));
   if (!src || !navigator.clipboard) return;
   navigator.clipboard.writeText(src.textContent).then(function () { btn.textContent = "Copied"; });
+});
+
+// A policy the API refused: select its first offending line in the editor,
+// so the highlight is where the user types, and scroll it into view.
+window.addEventListener("load", function () {
+  var ta = document.querySelector("textarea[data-problem-line]");
+  if (!ta) return;
+  var n = parseInt(ta.getAttribute("data-problem-line"), 10);
+  if (!(n > 0)) return;
+  var lines = ta.value.split("\n"), start = 0;
+  for (var i = 0; i < n - 1 && i < lines.length; i++) start += lines[i].length + 1;
+  var end = start + (lines[n - 1] || "").length;
+  ta.focus();
+  ta.setSelectionRange(start, end);
+  var lh = parseFloat(getComputedStyle(ta).lineHeight) || 20;
+  ta.scrollTop = Math.max(0, (n - 3) * lh);
 });

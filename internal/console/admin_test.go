@@ -1,0 +1,228 @@
+package console_test
+
+import (
+	"html/template"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+)
+
+// web is one signed-in browser, without a browser: a cookie jar and the
+// page's CSRF token.
+type web struct {
+	t    *testing.T
+	url  string
+	hc   *http.Client
+	csrf string
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func signedIn(t *testing.T, st *stack, token string) *web {
+	t.Helper()
+	w := &web{t: t, url: st.url, hc: httpClient(t)}
+	_, body := w.get("/sign-in")
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("the sign-in form has no CSRF field")
+	}
+	if res, body := w.post("/sign-in", url.Values{"token": {token}, "csrf": {m[1]}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", res.StatusCode, body)
+	}
+	_, body = w.get("/")
+	if m = csrfField.FindStringSubmatch(body); m == nil {
+		t.Fatal("the overview has no CSRF field")
+	}
+	w.csrf = m[1]
+	return w
+}
+
+func (w *web) get(path string) (*http.Response, string) {
+	w.t.Helper()
+	res, err := w.hc.Get(w.url + path)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+// post sends a form with the session's CSRF token.
+func (w *web) post(path string, form url.Values) (*http.Response, string) {
+	w.t.Helper()
+	if w.csrf != "" {
+		form.Set("csrf", w.csrf)
+	}
+	res, err := w.hc.PostForm(w.url+path, form)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+// TestAdminHTTP: the admin pages are offered to whom the API permits them,
+// and each form does what the CLI would: policies validated with the
+// problem at its line, principals, tokens shown once, groups, tenants.
+func TestAdminHTTP(t *testing.T) {
+	st := startStack(t)
+	admin := signedIn(t, st, st.admin)
+
+	// The nav: the platform admin gets every admin page; a user no policy
+	// grants anything gets none, and no denial lands in the audit log.
+	_, body := admin.get("/")
+	for _, href := range []string{"/tenants", "/principals", "/groups", "/policies"} {
+		if !strings.Contains(body, `<a href="`+href+`"`) {
+			t.Errorf("the platform admin's nav lacks %s", href)
+		}
+	}
+	if !strings.Contains(body, `User::&#34;platform/admin&#34;`) {
+		t.Error("the header does not name the signed-in principal")
+	}
+	ctx := t.Context()
+	mustOK := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustOK(st.api.Tenants.CreateTenant(ctx, connect.NewRequest(&apiv1.CreateTenantRequest{Name: "acme"})))
+	mustOK(st.api.Users.CreateUser(ctx, connect.NewRequest(&apiv1.CreateUserRequest{Tenant: "acme", Name: "nobody"})))
+	tok, err := st.api.Tokens.CreateToken(ctx, connect.NewRequest(&apiv1.CreateTokenRequest{Tenant: "acme", Principal: "nobody", Ttl: durationHour()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := signedIn(t, st, tok.Msg.GetSecret())
+	_, body = nobody.get("/")
+	for _, href := range []string{"/tenants", "/principals", "/groups", "/policies"} {
+		if strings.Contains(body, `<a href="`+href+`"`) {
+			t.Errorf("a principal without policies is offered %s", href)
+		}
+	}
+	audit, err := st.api.Audit.ListAuditEvents(ctx, connect.NewRequest(&apiv1.ListAuditEventsRequest{Tenant: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (The overview's own lists are denied, and audited, as in the CLI.)
+	for _, e := range audit.Msg.GetEvents() {
+		if e.GetDecision() == "deny" && (strings.Contains(e.GetAction(), ":self:") || strings.HasSuffix(e.GetAction(), "s:list") && slices.Contains([]string{"tenants", "users", "service-accounts", "groups", "policies"}, strings.Split(e.GetAction(), ":")[1])) {
+			t.Errorf("finding out the nav left a denial: %v", e)
+		}
+	}
+	// Typing the address still asks the API, which refuses.
+	if res, body := nobody.get("/policies"); res.StatusCode != http.StatusForbidden || !strings.Contains(body, "may not compute:policies:list") {
+		t.Errorf("GET /policies without permission: %d", res.StatusCode)
+	}
+
+	// Policies: a syntax error comes back at its line, with the body kept.
+	bad := "// Staff list users.\npermit (\n  principal in Group::\"acme/staff\",\n  action == Action::\"compute:users:list\"\n  resource\n);\n"
+	res, body := admin.post("/policies/edit", url.Values{"tenant": {"acme"}, "name": {"staff-read"}, "body": {bad}})
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("saving a broken policy: %d", res.StatusCode)
+	}
+	m := regexp.MustCompile(`(?s)<li value="(\d+)" class="bad" id="problem-line" data-line="\d+"><code>([^<]*)</code><span class="problem" role="note">(line \d+[^<]*)</span>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("the broken policy's page marks no line:\n%s", body)
+	}
+	if m[1] != "5" || !strings.Contains(m[2], "resource") || !strings.HasPrefix(m[3], "line 5") {
+		t.Errorf("the problem is shown at line %s (%q): %q; want line 5, the line after the missing comma", m[1], m[2], m[3])
+	}
+	v, err := st.api.Policies.ValidatePolicy(ctx, connect.NewRequest(&apiv1.ValidatePolicyRequest{Tenant: "acme", Body: bad}))
+	if err != nil || len(v.Msg.GetProblems()) == 0 || !strings.Contains(m[3], htmlEscape(v.Msg.GetProblems()[0].GetMessage())) {
+		t.Errorf("the page says %q; the API %v (%v)", m[3], v.Msg.GetProblems(), err)
+	}
+	if !strings.Contains(body, `aria-invalid="true"`) || !strings.Contains(body, "staff-read") || !strings.Contains(body, htmlEscape(`principal in Group::"acme/staff",`)) {
+		t.Error("the editor lost the name or the body, or is not marked invalid")
+	}
+	if _, err := st.api.Policies.GetPolicy(ctx, connect.NewRequest(&apiv1.GetPolicyRequest{Tenant: "acme", Name: "staff-read"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("the broken policy was stored: %v", err)
+	}
+	good := strings.Replace(bad, `"compute:users:list"`, `"compute:users:list",`, 1)
+	if res, body := admin.post("/policies/edit", url.Values{"tenant": {"acme"}, "name": {"staff-read"}, "body": {good}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("saving the fixed policy: %d %s", res.StatusCode, body)
+	}
+	got, err := st.api.Policies.GetPolicy(ctx, connect.NewRequest(&apiv1.GetPolicyRequest{Tenant: "acme", Name: "staff-read"}))
+	if err != nil || got.Msg.GetPolicy().GetBody() != good {
+		t.Fatalf("the stored policy: %v %v", got, err)
+	}
+	if _, body := admin.get("/policies?tenant=acme"); !strings.Contains(body, `data-policy="staff-read"`) || !strings.Contains(body, `data-policy="tenant-admins"`) {
+		t.Error("the policy list lacks staff-read or tenant-admins")
+	}
+
+	// Principals: create a user, refuse a duplicate with the API's words and
+	// the form kept, make a token (shown once), revoke it.
+	if res, _ := admin.post("/principals", url.Values{"tenant": {"acme"}, "kind": {"user"}, "name": {"alice"}, "email": {"alice@acme.example"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create user: %d", res.StatusCode)
+	}
+	res, body = admin.post("/principals", url.Values{"tenant": {"acme"}, "kind": {"service-account"}, "name": {"alice"}, "description": {"dup"}})
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, `id="form-error"`) || !strings.Contains(body, "already exists") || !strings.Contains(body, `value="dup"`) {
+		t.Errorf("a duplicate name: %d, want the API's refusal with the form kept", res.StatusCode)
+	}
+	res, body = admin.post("/tokens", url.Values{"tenant": {"acme"}, "principal": {"alice"}, "hours": {"2"}, "description": {"laptop"}})
+	secret := regexp.MustCompile(`<pre id="token-secret">(bc_[^<]+)</pre>`).FindStringSubmatch(body)
+	if res.StatusCode != http.StatusOK || secret == nil {
+		t.Fatalf("create token: %d, secret shown %v", res.StatusCode, secret != nil)
+	}
+	me, err := newClient(t, st.url, secret[1]).System.WhoAmI(ctx, connect.NewRequest(&apiv1.WhoAmIRequest{}))
+	if err != nil || me.Msg.GetName() != "alice" {
+		t.Fatalf("the shown secret: %v %v", me, err)
+	}
+	if _, body := admin.get("/principals?tenant=acme"); strings.Contains(body, secret[1]) || !strings.Contains(body, `data-token="`+me.Msg.GetTokenId()+`"`) {
+		t.Error("the principals page shows the secret again, or lacks the token")
+	}
+	if res, _ := admin.post("/tokens/revoke", url.Values{"tenant": {"acme"}, "id": {me.Msg.GetTokenId()}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("revoke: %d", res.StatusCode)
+	}
+	if _, err := newClient(t, st.url, secret[1]).System.WhoAmI(ctx, connect.NewRequest(&apiv1.WhoAmIRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("the revoked token still works: %v", err)
+	}
+
+	// Groups: add alice to admins, then remove her.
+	if res, _ := admin.post("/groups/members", url.Values{"tenant": {"acme"}, "group": {"admins"}, "member": {"alice"}, "op": {"add"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("add member: %d", res.StatusCode)
+	}
+	if _, body := admin.get("/groups?tenant=acme"); !strings.Contains(body, `<li data-member="alice">`) {
+		t.Error("the groups page does not list alice in admins")
+	}
+	if res, body := admin.post("/groups/members", url.Values{"tenant": {"acme"}, "group": {"admins"}, "member": {"ghost"}, "op": {"add"}}); res.StatusCode != http.StatusNotFound || !strings.Contains(body, `value="ghost"`) {
+		t.Errorf("adding an unknown member: %d, want not found with the form kept", res.StatusCode)
+	}
+	if res, _ := admin.post("/groups/members", url.Values{"tenant": {"acme"}, "group": {"admins"}, "member": {"alice"}, "op": {"remove"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("remove member: %d", res.StatusCode)
+	}
+	g, err := st.api.Groups.GetGroup(ctx, connect.NewRequest(&apiv1.GetGroupRequest{Tenant: "acme", Name: "admins"}))
+	if err != nil || len(g.Msg.GetGroup().GetMembers()) != 0 {
+		t.Errorf("admins after removing alice: %v %v", g, err)
+	}
+	if res, _ := admin.post("/principals/delete", url.Values{"tenant": {"acme"}, "kind": {"user"}, "name": {"alice"}}); res.StatusCode != http.StatusSeeOther {
+		t.Errorf("delete user: %d", res.StatusCode)
+	}
+
+	// Tenants: the platform creates one.
+	if res, _ := admin.post("/tenants", url.Values{"name": {"globex"}, "display_name": {"Globex"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create tenant: %d", res.StatusCode)
+	}
+	if _, body := admin.get("/tenants"); !strings.Contains(body, `data-tenant="globex"`) {
+		t.Error("the tenants page lacks globex")
+	}
+	if res, body := admin.post("/tenants", url.Values{"name": {"Bad Name"}}); res.StatusCode != http.StatusBadRequest || !strings.Contains(body, `value="Bad Name"`) {
+		t.Errorf("a bad tenant name: %d, want 400 with the form kept", res.StatusCode)
+	}
+}
+
+func durationHour() *durationpb.Duration { return durationpb.New(time.Hour) }
+
+// htmlEscape is s as html/template writes it in text.
+func htmlEscape(s string) string { return template.HTMLEscapeString(s) }
