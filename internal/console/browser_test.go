@@ -321,6 +321,42 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("the admin fixes a policy the API refused, at its line", func(t *testing.T) {
+		u := b.user(t)
+		u.signIn(st.admin)
+		u.do(chromedp.Click(chromedp.CSS(`nav a[href="/policies"]`)))
+		u.waitFor("the policies page", `location.pathname === "/policies" && !!document.querySelector("#new-policy")`, 10*time.Second)
+		u.do(chromedp.Click(chromedp.CSS("#new-policy")))
+		u.waitFor("the editor", `!!document.querySelector("#p-body")`, 10*time.Second)
+		broken := "// Staff may list users.\npermit (\n  principal,\n  action == Action::\"compute:users:list\"\n  resource\n);"
+		u.do(chromedp.SendKeys(chromedp.CSS("#p-name"), "staff-read"), chromedp.SetValue(chromedp.CSS("#p-body"), broken),
+			chromedp.Click(chromedp.CSS("#save-policy")))
+		u.waitFor("the problem at its line", `!!document.querySelector("#problem-line")`, 10*time.Second)
+		if got := eval[string](u, `document.querySelector("#problem-line").dataset.line`); got != "5" {
+			t.Errorf("the problem is marked at line %s, want 5", got)
+		}
+		if msg := u.text("#problem-line .problem"); !strings.HasPrefix(msg, "line 5") {
+			t.Errorf("the message next to the line says %q", msg)
+		}
+		// The editor keeps the document, and selects the offending line.
+		if got := eval[string](u, `document.querySelector("#p-body").value`); got != broken {
+			t.Errorf("the editor holds %q, want what was typed", got)
+		}
+		if got := eval[string](u, `(function (t) { return t.value.substring(t.selectionStart, t.selectionEnd); })(document.querySelector("#p-body"))`); got != "  resource" {
+			t.Errorf("the editor selects %q, want line 5", got)
+		}
+		fixed := strings.Replace(broken, "\"compute:users:list\"", "\"compute:users:list\",", 1)
+		u.do(chromedp.SetValue(chromedp.CSS("#p-body"), fixed), chromedp.Click(chromedp.CSS("#save-policy")))
+		u.waitFor("the saved policy", `/Saved policy staff-read/.test(document.querySelector("#flash").innerText)`, 10*time.Second)
+		if u.text("#problem-line") != "" {
+			t.Error("the saved policy still shows a problem")
+		}
+		p, err := st.api.Policies.GetPolicy(t.Context(), connect.NewRequest(&apiv1.GetPolicyRequest{Name: "staff-read"}))
+		if err != nil || p.Msg.GetPolicy().GetBody() != fixed {
+			t.Errorf("stored: %v, %v; want the fixed document", p, err)
+		}
+	})
+
 	if os.Getenv("BETTER_COMPUTE_SCREENSHOTS") == "1" {
 		t.Run("screenshots", func(t *testing.T) { screenshots(t, b, st) })
 	}
