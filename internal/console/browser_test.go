@@ -397,4 +397,19 @@ func screenshots(t *testing.T, b *browser, st *stack) {
 			t.Fatal(err)
 		}
 	}
+	// The policy editor showing a problem at its line.
+	u.open("/policies/edit")
+	u.do(chromedp.SendKeys(chromedp.CSS("#p-name"), "staff-read"),
+		chromedp.SetValue(chromedp.CSS("#p-body"), "// Staff may list users.\npermit (\n  principal in Group::\"platform/staff\",\n  action == Action::\"compute:users:list\"\n  resource\n);"),
+		chromedp.Click(chromedp.CSS("#save-policy")))
+	u.waitFor("the problem", `!!document.querySelector("#problem-line")`, 10*time.Second)
+	ctx, cancel := context.WithTimeout(u.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "console-policy.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
