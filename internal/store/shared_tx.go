@@ -28,16 +28,17 @@ type sharedCall struct {
 	done chan struct{} // closed once err is final
 }
 
-// savepointer is what an engine's transaction Querier gives InSharedTx to
+// savepointer is what PostgreSQL's transaction Querier gives InSharedTx to
 // keep one call's failure from undoing the others'.
 type savepointer interface {
 	savepoint(ctx context.Context, stmt string) error
 }
 
-// InSharedTx runs fn as InTx does, except that calls made at the same time
-// share one transaction: one commit (one fsync) for many, and no
-// serialization failures among calls of this process that would otherwise
-// collide, such as placements in one pool. Each call runs inside its own
+// InSharedTx runs fn as InTx does, except that on PostgreSQL calls made at
+// the same time share one transaction: one commit (one fsync) for many, and
+// no serialization failures among calls of this process that would
+// otherwise collide, such as placements in one pool or joins spending one
+// token. On SQLite it is InTx (see below). Each call runs inside its own
 // savepoint, so an fn that fails is undone alone and gets its own error
 // back; the others commit. When the shared transaction loses a race or its
 // commit fails, every call in it runs again or gets that error.
@@ -47,6 +48,13 @@ type savepointer interface {
 // transaction (which is the point). A call whose ctx ends while it waits
 // is dropped with ctx's error; once running, it runs to the end.
 func (s *Store) InSharedTx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
+	if s.loc.Engine == EngineSQLite {
+		// One writer at a time already, so no conflicts to avoid, and a
+		// WAL commit without fsync (synchronous=NORMAL) costs little: a
+		// shared transaction would only hold the write lock longer, and
+		// writes outside InTx wait in SQLite's busy handler meanwhile.
+		return s.InTx(ctx, fn)
+	}
 	c := &sharedCall{ctx: ctx, fn: fn, done: make(chan struct{})}
 	g := &s.shared
 	g.mu.Lock()

@@ -12,10 +12,10 @@ import (
 	"github.com/better-compute/better-compute/internal/store/storetest"
 )
 
-// TestInSharedTx runs concurrent calls that share transactions, a third of
-// them failing after a write (some in a failed statement), and checks that
-// each call got its own outcome: the failed ones' writes are gone, the rest
-// committed.
+// TestInSharedTx runs concurrent calls that share transactions (on
+// PostgreSQL; on SQLite each has its own), a third of them failing after a
+// write (some in a failed statement), and checks that each call got its own
+// outcome: the failed ones' writes are gone, the rest committed.
 func TestInSharedTx(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {

@@ -161,7 +161,7 @@ func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Qu
 	// Deferred, so that a panicking fn does not leave the write lock held;
 	// a no-op after Commit.
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(ctx, sqliteQuerier{q: e.q.WithTx(tx), tx: tx}); err != nil {
+	if err := fn(ctx, sqliteQuerier{q: e.q.WithTx(tx)}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -250,18 +250,7 @@ func (e *sqliteEngine) close() error { return e.db.Close() }
 // sqliteQuerier implements Querier over SQLite, on the pool or on one
 // transaction.
 type sqliteQuerier struct {
-	q  *sqlitedb.Queries
-	tx *sql.Tx // nil outside a transaction
-}
-
-// savepoint runs one SAVEPOINT, RELEASE or ROLLBACK TO statement of the
-// transaction this querier is in (InSharedTx's isolation of its calls).
-func (s sqliteQuerier) savepoint(ctx context.Context, stmt string) error {
-	if s.tx == nil {
-		return errors.New("store: savepoint outside a transaction")
-	}
-	_, err := s.tx.ExecContext(ctx, stmt)
-	return err
+	q *sqlitedb.Queries
 }
 
 // fromMicros converts the SQLite engine's stored time (INTEGER unix
