@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
+	"github.com/better-compute/better-compute/internal/agent"
 	"github.com/better-compute/better-compute/internal/devstack"
 )
 
@@ -130,7 +131,8 @@ func (u *user) signIn(token string) {
 
 // TestConsoleInBrowser drives the console in Chromium against a dev stack:
 // signing in, the nodes, reserving until the node binds, releasing, a
-// policy's denial, tenant isolation and a revoked token.
+// policy's denial, tenant isolation, a revoked token, the policy editor,
+// and a node joining while its list is open.
 func TestConsoleInBrowser(t *testing.T) {
 	st := startStack(t)
 	b := newBrowser(t, st.url)
@@ -354,6 +356,32 @@ func TestConsoleInBrowser(t *testing.T) {
 		p, err := st.api.Policies.GetPolicy(t.Context(), connect.NewRequest(&apiv1.GetPolicyRequest{Name: "staff-read"}))
 		if err != nil || p.Msg.GetPolicy().GetBody() != fixed {
 			t.Errorf("stored: %v, %v; want the fixed document", p, err)
+		}
+	})
+
+	// Last: it adds a node to the stack.
+	t.Run("a node joins while the list is open", func(t *testing.T) {
+		u := b.user(t)
+		u.signIn(st.admin)
+		u.open("/nodes")
+		eval[bool](u, `window.__noReload = true`)
+		tok, err := st.api.JoinTokens.CreateJoinToken(t.Context(), connect.NewRequest(&apiv1.CreateJoinTokenRequest{
+			Pool: devstack.DefaultPool, MaxUses: 1, Ttl: durationpb.New(10 * time.Minute), Description: "the browser test's late node",
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A real agent (bcd's own code, on fake GPUs) joins over mTLS.
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- agent.RunSim(ctx, agent.SimConfig{Nodes: 1, Server: st.gateway, Token: tok.Msg.GetSecret(), DataDir: t.TempDir(), GPUs: 2})
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		u.waitFor("the new node in the list", fmt.Sprintf(`document.querySelectorAll("#nodes tbody tr").length === %d`, st.nodes+1), 60*time.Second)
+		u.waitFor("the new node ready", `Array.from(document.querySelectorAll("#nodes tbody tr")).every(r => /ready/.test(r.innerText))`, 60*time.Second)
+		if !eval[bool](u, `window.__noReload === true`) {
+			t.Error("the page reloaded to show the new node")
 		}
 	})
 

@@ -22,9 +22,10 @@ import (
 // control plane with the console, and simulated nodes (real agents on fake
 // hardware) in the default pool, which is offered to the demo tenant.
 type stack struct {
-	url   string
-	admin string // the platform admin's token
-	api   *client.Client
+	url     string
+	gateway string // where nodes join and connect
+	admin   string // the platform admin's token
+	api     *client.Client
 	// nodes and gpus are how many simulated nodes run, and GPUs each.
 	nodes, gpus int
 }
@@ -69,7 +70,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.url, st.admin = r.URL, strings.TrimSpace(string(b))
+	st.url, st.gateway, st.admin = r.URL, r.GatewayURL, strings.TrimSpace(string(b))
 	st.api = newClient(t, st.url, st.admin)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
