@@ -99,7 +99,17 @@ func startServe(b *testing.B, dir, gateway string) (*process, string) {
 			break
 		}
 	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	// BENCH_SERVER_LOG keeps the server's log (appended, across restarts),
+	// to find what a slow figure waited on.
+	var sink io.Writer = io.Discard
+	if path := os.Getenv("BENCH_SERVER_LOG"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink = f
+	}
+	go func() { _, _ = io.Copy(sink, stderr) }()
 	p := &process{cmd: cmd, cancel: cancel}
 	if url == "" {
 		p.stop()

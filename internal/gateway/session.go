@@ -114,7 +114,14 @@ func (g *Gateway) openSession(ctx context.Context, tc *tls.Conn, state tls.Conne
 		return nil, errProtocol("Hello's bcd version or boot id is longer than %d bytes", maxHelloString)
 	}
 
-	node, err := g.st.BeginSession(ctx, certNode, hello.GetBcdVersion(), hello.GetBootId())
+	// Bulk: after a restart every node starts its session at once; they
+	// share transactions, and an API call does not wait behind all of them.
+	var node store.Node
+	err = g.st.InSharedTx(store.Bulk(ctx), func(ctx context.Context, q store.Querier) error {
+		var err error
+		node, err = q.BeginSession(ctx, certNode, hello.GetBcdVersion(), hello.GetBootId())
+		return err
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, &protocolError{reason: agentv1.CloseReason_CLOSE_REASON_REVOKED, label: refusedRevoked,
 			msg: "the node is revoked or no longer exists; join it again"}
@@ -124,7 +131,12 @@ func (g *Gateway) openSession(ctx context.Context, tc *tls.Conn, state tls.Conne
 		return nil, fmt.Errorf("begin session: %w", err)
 	}
 	if hello.GetFreshJournal() {
-		failed, err := g.st.FailInFlightCommands(ctx, certNode)
+		var failed []store.NodeCommand
+		err := g.st.InSharedTx(store.Bulk(ctx), func(ctx context.Context, q store.Querier) error {
+			var err error
+			failed, err = q.FailInFlightCommands(ctx, certNode)
+			return err
+		})
 		if err != nil {
 			g.refuse(refusedInternal, remote, certNode, err)
 			return nil, fmt.Errorf("fail in-flight commands: %w", err)

@@ -53,7 +53,9 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	}
 	gpus, syncDevices := decoded["gpus"]
 	devices := gpuDevices(s.nodeID, gpus)
-	err = g.st.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
+	// Bulk: after a restart every node reports at once, and an API call
+	// must not wait behind all of them for SQLite's write lock.
+	err = g.st.InSharedTx(store.Bulk(ctx), func(ctx context.Context, q store.Querier) error {
 		for _, sec := range sections {
 			if err := q.PutInventorySection(ctx, sec); err != nil {
 				return err

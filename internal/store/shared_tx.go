@@ -28,17 +28,17 @@ type sharedCall struct {
 	done chan struct{} // closed once err is final
 }
 
-// savepointer is what PostgreSQL's transaction Querier gives InSharedTx to
+// savepointer is what an engine's transaction Querier gives InSharedTx to
 // keep one call's failure from undoing the others'.
 type savepointer interface {
 	savepoint(ctx context.Context, stmt string) error
 }
 
-// InSharedTx runs fn as InTx does, except that on PostgreSQL calls made at
-// the same time share one transaction: one commit (one fsync) for many, and
+// InSharedTx runs fn as InTx does, except that calls made at the same time
+// share one transaction: on PostgreSQL, one commit (one fsync) for many, and
 // no serialization failures among calls of this process that would
 // otherwise collide, such as placements in one pool or joins spending one
-// token. On SQLite it is InTx (see below). Each call runs inside its own
+// token. On SQLite only bulk calls share (see below). Each call runs inside its own
 // savepoint, so an fn that fails is undone alone and gets its own error
 // back; the others commit. When the shared transaction loses a race or its
 // commit fails, every call in it runs again or gets that error.
@@ -48,11 +48,13 @@ type savepointer interface {
 // transaction (which is the point). A call whose ctx ends while it waits
 // is dropped with ctx's error; once running, it runs to the end.
 func (s *Store) InSharedTx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
-	if s.loc.Engine == EngineSQLite {
+	if s.loc.Engine == EngineSQLite && !isBulk(ctx) {
 		// One writer at a time already, so no conflicts to avoid, and a
 		// WAL commit without fsync (synchronous=NORMAL) costs little: a
-		// shared transaction would only hold the write lock longer, and
-		// writes outside InTx wait in SQLite's busy handler meanwhile.
+		// shared transaction would only make the next writer wait longer.
+		// Bulk work (see Bulk) is shared: thousands of session starts cost
+		// one BEGIN and COMMIT per batch instead of each, and queue as one
+		// waiter behind interactive transactions instead of thousands.
 		return s.InTx(ctx, fn)
 	}
 	c := &sharedCall{ctx: ctx, fn: fn, done: make(chan struct{})}

@@ -13,64 +13,78 @@ import (
 )
 
 // TestInSharedTx runs concurrent calls that share transactions (on
-// PostgreSQL; on SQLite each has its own), a third of them failing after a
+// PostgreSQL, and bulk ones on SQLite; other SQLite calls have their own), a third of them failing after a
 // write (some in a failed statement), and checks that each call got its own
 // outcome: the failed ones' writes are gone, the rest committed.
 func TestInSharedTx(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, engine store.Engine) {
 		t.Parallel()
-		s, ctx := setup(t, engine)
-		must(s.CreateTenant(ctx, store.Tenant{Name: "acme"}))(t)
-		errOwn := errors.New("this call fails")
-		const n = 300
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Go(func() {
-				errs[i] = s.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
-					if _, err := q.PutSetting(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
-						return err
-					}
-					switch i % 6 {
-					case 0:
-						return errOwn
-					case 3:
-						// A statement that fails: on PostgreSQL it aborts
-						// the transaction until the savepoint is rolled back.
-						_, err := q.CreateTenant(ctx, store.Tenant{Name: "acme"})
-						return err
-					}
-					return nil
-				})
+		// Bulk calls share transactions on SQLite too.
+		for _, bulk := range []bool{false, true} {
+			t.Run(fmt.Sprintf("bulk=%v", bulk), func(t *testing.T) {
+				t.Parallel()
+				s, ctx := setup(t, engine)
+				if bulk {
+					ctx = store.Bulk(ctx)
+				}
+				exerciseSharedCalls(ctx, t, s)
 			})
 		}
-		wg.Wait()
-		for i, err := range errs {
-			_, gerr := s.GetSetting(ctx, fmt.Sprintf("k%03d", i))
-			switch i % 6 {
-			case 0:
-				if !errors.Is(err, errOwn) {
-					t.Errorf("call %d = %v, want its own error", i, err)
-				}
-			case 3:
-				if !errors.Is(err, store.ErrConflict) {
-					t.Errorf("call %d = %v, want ErrConflict", i, err)
-				}
-			default:
-				if err != nil {
-					t.Errorf("call %d = %v, want nil", i, err)
-				}
-				if gerr != nil {
-					t.Errorf("call %d committed, but its setting: %v", i, gerr)
-				}
-				continue
-			}
-			if !errors.Is(gerr, store.ErrNotFound) {
-				t.Errorf("call %d failed, but its setting is there (%v)", i, gerr)
-			}
-		}
 	})
+}
+
+// exerciseSharedCalls is TestInSharedTx's body on one store.
+func exerciseSharedCalls(ctx context.Context, t *testing.T, s *store.Store) {
+	must(s.CreateTenant(ctx, store.Tenant{Name: "acme"}))(t)
+	errOwn := errors.New("this call fails")
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = s.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
+				if _, err := q.PutSetting(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
+					return err
+				}
+				switch i % 6 {
+				case 0:
+					return errOwn
+				case 3:
+					// A statement that fails: on PostgreSQL it aborts
+					// the transaction until the savepoint is rolled back.
+					_, err := q.CreateTenant(ctx, store.Tenant{Name: "acme"})
+					return err
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		_, gerr := s.GetSetting(ctx, fmt.Sprintf("k%03d", i))
+		switch i % 6 {
+		case 0:
+			if !errors.Is(err, errOwn) {
+				t.Errorf("call %d = %v, want its own error", i, err)
+			}
+		case 3:
+			if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("call %d = %v, want ErrConflict", i, err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("call %d = %v, want nil", i, err)
+			}
+			if gerr != nil {
+				t.Errorf("call %d committed, but its setting: %v", i, gerr)
+			}
+			continue
+		}
+		if !errors.Is(gerr, store.ErrNotFound) {
+			t.Errorf("call %d failed, but its setting is there (%v)", i, gerr)
+		}
+	}
 }
 
 // TestInSharedTxDropsCanceled: a call whose context has ended by the time

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -29,18 +31,30 @@ const sqliteHeader = "SQLite format 3\x00"
 // that finds the lock taken waits up to the busy timeout, then fails with
 // SQLITE_BUSY, which InTx retries.
 //
-// This process's transactions also queue for writer, in order, before
-// BEGIN: SQLite's busy handler polls with growing sleeps, so a writer
-// that keeps losing to newer ones can wait seconds while the lock is free
-// most of the time; a queue in Go hands the lock over as soon as it is
-// released. Other processes (and autocommit writes) still meet at the
-// busy handler.
+// This process's transactions also queue for writer before BEGIN, in
+// order, except that bulk ones (see Bulk) go after the rest: SQLite's busy
+// handler polls with growing sleeps, so a writer that keeps losing to
+// newer ones can wait seconds while the lock is free most of the time; a
+// queue in Go hands the lock over as soon as it is released. Other
+// processes (and autocommit writes) still meet at the busy handler.
 type sqliteEngine struct {
 	db     *sql.DB
 	q      *sqlitedb.Queries // the prepared statements, once prepare ran; unprepared before
-	writer chan struct{}     // holds one token while a transaction of this process runs
+	writer writerQueue       // this process's transactions, one at a time
 	busy   time.Duration     // how long a transaction waits for writer
+	log    *slog.Logger      // slow transactions
+
+	lastQueueLog atomic.Int64 // unix nanoseconds of the last long-queue warning
 }
+
+// slowTx is how long a transaction may hold the write lock, or wait for
+// it, before it is logged with its phases: the queue, BEGIN (SQLite's
+// lock), the work, the commit (with any WAL checkpoint it ran).
+const slowTx = time.Second
+
+// queueLogEvery bounds the long-queue warnings: in a backlog every waiter
+// waits long, and one line says so.
+const queueLogEvery = 10 * time.Second
 
 // errWriterQueue says a transaction waited the busy timeout for this
 // process's other transactions; InTx retries it like SQLITE_BUSY.
@@ -84,7 +98,7 @@ func openSQLite(ctx context.Context, loc Location, opts Options) (*sqliteEngine,
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open SQLite database %s: %w", path, err)
 	}
-	return &sqliteEngine{db: db, q: sqlitedb.New(db), writer: make(chan struct{}, 1), busy: opts.BusyTimeout}, nil
+	return &sqliteEngine{db: db, q: sqlitedb.New(db), busy: opts.BusyTimeout, log: opts.Logger.With("store", loc.String())}, nil
 }
 
 // checkSQLiteFile accepts a path that does not exist yet (in a directory
@@ -143,25 +157,41 @@ func (e *sqliteEngine) prepare(ctx context.Context) error {
 }
 
 func (e *sqliteEngine) tx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error {
-	wait := time.NewTimer(e.busy)
-	select {
-	case e.writer <- struct{}{}:
-		wait.Stop()
-	case <-wait.C:
-		return errWriterQueue
-	case <-ctx.Done():
-		wait.Stop()
-		return fmt.Errorf("store: begin: %w", ctx.Err())
+	start := time.Now()
+	var queued, begun, ran time.Duration
+	defer func() {
+		total := time.Since(start)
+		switch {
+		case ran == 0:
+		case total-queued >= slowTx:
+			e.log.WarnContext(ctx, "store: a SQLite transaction held the write lock long", "held", total-queued,
+				"begin", begun-queued, "run", ran-begun, "commit", total-ran, "queued", queued)
+		case queued >= slowTx:
+			now := time.Now().UnixNano()
+			if last := e.lastQueueLog.Load(); now-last >= int64(queueLogEvery) && e.lastQueueLog.CompareAndSwap(last, now) {
+				e.log.WarnContext(ctx, "store: SQLite transactions queue for the write lock", "queued", queued, "bulk", isBulk(ctx))
+			}
+		}
+	}()
+	if err := e.writer.acquire(ctx, isBulk(ctx), e.busy); err != nil {
+		if errors.Is(err, errWriterQueue) {
+			return err
+		}
+		return fmt.Errorf("store: begin: %w", err)
 	}
-	defer func() { <-e.writer }()
+	defer e.writer.release()
+	queued = time.Since(start)
 	tx, err := e.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, from _txlock
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
+	begun = time.Since(start)
 	// Deferred, so that a panicking fn does not leave the write lock held;
 	// a no-op after Commit.
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(ctx, sqliteQuerier{q: e.q.WithTx(tx)}); err != nil {
+	err = fn(ctx, sqliteQuerier{q: e.q.WithTx(tx), tx: tx})
+	ran = time.Since(start)
+	if err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -250,7 +280,18 @@ func (e *sqliteEngine) close() error { return e.db.Close() }
 // sqliteQuerier implements Querier over SQLite, on the pool or on one
 // transaction.
 type sqliteQuerier struct {
-	q *sqlitedb.Queries
+	q  *sqlitedb.Queries
+	tx *sql.Tx // nil outside a transaction
+}
+
+// savepoint runs one SAVEPOINT, RELEASE or ROLLBACK TO statement of the
+// transaction this querier is in (InSharedTx's isolation of its calls).
+func (s sqliteQuerier) savepoint(ctx context.Context, stmt string) error {
+	if s.tx == nil {
+		return errors.New("store: savepoint outside a transaction")
+	}
+	_, err := s.tx.ExecContext(ctx, stmt)
+	return err
 }
 
 // fromMicros converts the SQLite engine's stored time (INTEGER unix
