@@ -210,6 +210,9 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 			w.logger().Error("webhooks: release claim", "webhook", h.ID, "err", err)
 		}
 	}()
+	if ok, err := w.skipPruned(ctx, &h); err != nil || !ok {
+		return err
+	}
 	for {
 		evs, err := w.Store.ListEvents(ctx, store.EventFilter{After: h.Cursor, Tenant: h.Tenant, Limit: batch})
 		if err != nil {
@@ -250,6 +253,30 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 			return nil
 		}
 	}
+}
+
+// gapType is the delivery log's event type for events pruned before they
+// could be delivered.
+const gapType = "webhook.gap"
+
+// skipPruned moves h's cursor past events that were pruned before h could
+// deliver them (it was failing longer than the events are kept), saying so
+// in the delivery log and the server log: the loss is never silent. It
+// reports false when another process moved the cursor first.
+func (w *Worker) skipPruned(ctx context.Context, h *store.Webhook) (bool, error) {
+	b, err := w.Store.EventBounds(ctx)
+	if err != nil || b.Oldest == 0 || h.Cursor >= b.Oldest-1 {
+		return err == nil, err
+	}
+	d := Result{
+		WebhookID: h.ID, EventSeq: b.Oldest - 1, EventType: gapType, Attempt: 1,
+		Error: fmt.Sprintf("events %d to %d were pruned before they could be delivered (the webhook was behind longer than events are kept); any of them for this webhook are lost", h.Cursor+1, b.Oldest-1),
+	}
+	if _, err := w.Store.InsertWebhookDelivery(context.WithoutCancel(ctx), d); err != nil {
+		return false, err
+	}
+	w.logger().Warn("webhooks: events were pruned before delivery", "webhook", h.ID, "tenant", h.Tenant, "from", h.Cursor+1, "to", b.Oldest-1)
+	return w.advance(ctx, h, b.Oldest-1)
 }
 
 // advance moves h's cursor to seq, and reports whether it did: false

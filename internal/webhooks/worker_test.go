@@ -501,3 +501,45 @@ func must[T any](v T, err error) func(t *testing.T) T {
 		return v
 	}
 }
+
+// TestPrunedBeforeDelivery: events pruned while the webhook was behind are
+// not skipped silently: the delivery log says which were lost, and
+// delivery goes on from the oldest event kept.
+func TestPrunedBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		w, b := setup(t, engine, "*")
+		b.recv.status.Store(http.StatusServiceUnavailable)
+		policies(t, b.store, "acme", "p1", "p2")
+		runOnce(t, w) // p1 fails: the webhook is behind
+		if _, err := b.store.PruneEvents(t.Context(), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		policies(t, b.store, "acme", "p3")
+		b.recv.status.Store(http.StatusOK)
+		time.Sleep(50 * time.Millisecond) // past the backoff
+		runOnce(t, w)
+
+		if got := b.recv.subjects(); !slices.Equal(got, []string{"p3"}) {
+			t.Errorf("the receiver got %v, want p3 alone (p1 and p2 were pruned)", got)
+		}
+		var gap *store.WebhookDelivery
+		for _, d := range deliveries(t, b.store) {
+			if d.EventType == "webhook.gap" {
+				gap = &d
+			}
+		}
+		bounds, err := b.store.EventBounds(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gap == nil || gap.Delivered() || gap.EventSeq != bounds.Oldest-1 ||
+			!strings.Contains(gap.Error, fmt.Sprintf("events %d to %d were pruned", b.hook.Cursor+1, bounds.Oldest-1)) {
+			t.Errorf("the delivery log's gap entry = %+v, want the pruned range %d to %d", gap, b.hook.Cursor+1, bounds.Oldest-1)
+		}
+		if h := getHook(t, b.store); h.Cursor != bounds.Latest {
+			t.Errorf("cursor %d, want %d: delivery went on after the gap", h.Cursor, bounds.Latest)
+		}
+	})
+}
