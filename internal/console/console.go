@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -152,9 +153,10 @@ type session struct {
 	// platform is true for a principal of the platform tenant, which sees
 	// every tenant.
 	platform bool
-	// may holds the admin actions (adminActions) the policies permit the
-	// caller, as WhoAmI answered: it decides which admin pages the nav
-	// offers. The API still decides every call.
+	// may holds the actions of adminActions and overviewActions the
+	// policies permit the caller, as WhoAmI answered: it decides which
+	// admin pages the nav offers and what the overview reads. The API
+	// still decides every call.
 	may map[string]bool
 	// flash is a one-line message carried over a redirect.
 	flash string
@@ -228,14 +230,24 @@ const (
 	actServiceAccountsList = "compute:service-accounts:list"
 	actGroupsList          = "compute:groups:list"
 	actPoliciesList        = "compute:policies:list"
+
+	actNodesList        = "compute:nodes:list"
+	actPoolsList        = "compute:pools:list"
+	actReservationsList = "compute:reservations:list"
+	actUsageList        = "compute:usage:list"
 )
+
+// overviewActions are the lists the overview reads: it reads only those
+// WhoAmI says the caller may, rather than collect a denial (and a deny
+// audit event) for each of the others on every page view.
+var overviewActions = []string{actNodesList, actPoolsList, actReservationsList, actUsageList}
 
 // identify asks the API who the caller is and which admin pages it may use.
 // Every authenticated caller may ask, it writes no audit event, and it
 // costs what authenticating costs, so every page asks afresh: a changed
 // policy shows on the next page.
 func (s *server) identify(r *http.Request, sess *session) error {
-	res, err := sess.api.System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{Actions: adminActions}))
+	res, err := sess.api.System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{Actions: slices.Concat(adminActions, overviewActions)}))
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -45,7 +46,11 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request, sess *session)
 	ctx := r.Context()
 	var d overviewData
 	totals := map[string]int{}
-	nodes, err := sess.api.Nodes.ListNodes(ctx, connect.NewRequest(&apiv1.ListNodesRequest{}))
+	var nodes *connect.Response[apiv1.ListNodesResponse]
+	var err error = connect.NewError(connect.CodePermissionDenied, fmt.Errorf("your policies do not permit %s in tenant %s", actNodesList, sess.tenant))
+	if sess.may[actNodesList] {
+		nodes, err = sess.api.Nodes.ListNodes(ctx, connect.NewRequest(&apiv1.ListNodesRequest{}))
+	}
 	switch {
 	case err == nil:
 		byState := map[apiv1.NodeState]int{}
@@ -68,11 +73,14 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request, sess *session)
 		return err
 	}
 	free := map[string]int{}
-	pools, err := sess.api.Pools.ListPools(ctx, connect.NewRequest(&apiv1.ListPoolsRequest{}))
-	if err != nil && connect.CodeOf(err) != connect.CodePermissionDenied {
-		return err
+	var pools *connect.Response[apiv1.ListPoolsResponse]
+	if sess.may[actPoolsList] {
+		pools, err = sess.api.Pools.ListPools(ctx, connect.NewRequest(&apiv1.ListPoolsRequest{}))
+		if err != nil && connect.CodeOf(err) != connect.CodePermissionDenied {
+			return err
+		}
 	}
-	if err == nil {
+	if pools != nil && err == nil {
 		for _, p := range pools.Msg.GetPools() {
 			for m, n := range p.GetFreeGpus() {
 				free[m] += int(n)
@@ -91,9 +99,11 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request, sess *session)
 		row.Used = max(0, row.Total-row.Free)
 		d.Models = append(d.Models, row)
 	}
-	res, err := s.reservationsOf(ctx, sess)
-	if err != nil {
-		return err
+	var res []*apiv1.Reservation
+	if sess.may[actReservationsList] {
+		if res, err = s.reservationsOf(ctx, sess); err != nil {
+			return err
+		}
 	}
 	for _, rv := range res {
 		if active(rv.GetState()) {
@@ -101,7 +111,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request, sess *session)
 			d.ActiveGPUs += int(rv.GetGpus())
 		}
 	}
-	if d.Chart, err = s.bookedChart(ctx, sess, d.ActiveGPUs); err != nil {
+	if d.Chart, err = s.bookedChart(ctx, sess, d.ActiveGPUs, sess.may[actUsageList]); err != nil {
 		return err
 	}
 	s.render(w, r, sess, http.StatusOK, "overview", "Overview", d)
@@ -109,13 +119,18 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request, sess *session)
 }
 
 // bookedChart plots the GPUs booked in each of the last 24 clock hours, as
-// metered (an hour's GPU-hours are its average GPUs), and now.
-func (s *server) bookedChart(ctx context.Context, sess *session, now int) (barChart, error) {
+// metered (an hour's GPU-hours are its average GPUs), and now; the hours
+// are empty for a caller who may not read usage.
+func (s *server) bookedChart(ctx context.Context, sess *session, now int, mayReadUsage bool) (barChart, error) {
 	end := time.Now().UTC().Truncate(time.Hour)
 	start := end.Add(-24 * time.Hour)
-	windows, err := s.usageWindows(ctx, sess, &apiv1.ListUsageRequest{AllTenants: sess.platform, StartTime: timestamppb.New(start)})
-	if err != nil && connect.CodeOf(err) != connect.CodePermissionDenied {
-		return barChart{}, err
+	var windows []*apiv1.UsageWindow
+	if mayReadUsage {
+		var err error
+		windows, err = s.usageWindows(ctx, sess, &apiv1.ListUsageRequest{AllTenants: sess.platform, StartTime: timestamppb.New(start)})
+		if err != nil && connect.CodeOf(err) != connect.CodePermissionDenied {
+			return barChart{}, err
+		}
 	}
 	c := barChart{Label: "GPUs booked, by hour over the last 24 hours (UTC), and now", Unit: "GPUs"}
 	vals := make([]float64, 25)
