@@ -153,8 +153,9 @@ func commandFrame(c store.NodeCommand) *agentv1.Frame {
 }
 
 // storeResult records a command result and acknowledges it. A result for a
-// command that is unknown, another node's, or already finished is only
-// acknowledged, so the node forgets it. A result refused as older than the
+// command that does not exist, is another node's, or already finished is
+// only acknowledged, so the node forgets it; but a result that says more
+// than unknown replaces a stored unknown. A result refused as older than the
 // command's session (the command was sent again on a newer session) is
 // dropped unacknowledged: the node keeps it and sends it again on its
 // newest session, where it is accepted.
@@ -176,12 +177,15 @@ func (g *Gateway) storeResult(ctx context.Context, s *session, r *agentv1.Comman
 		return nil
 	case err != nil:
 		return fmt.Errorf("read command %s: %w", r.GetId(), err)
-	case finished(cmd.State):
+	}
+	state, errText := resultState(r)
+	// A result for a finished command is a duplicate, except the node's
+	// late word on a command the deadline made unknown.
+	if finished(cmd.State) && (cmd.State != store.CommandUnknown || state == store.CommandUnknown) {
 		g.metrics.results.WithLabelValues("duplicate").Inc()
 		s.send(ackFrame(r.GetId()))
 		return nil
 	}
-	state, errText := resultState(r)
 	_, err = g.st.FinishCommand(ctx, r.GetId(), r.GetSessionEpoch(), state, truncate(r.GetOutput(), maxResultText), truncate(errText, maxResultText))
 	if errors.Is(err, store.ErrConflict) {
 		g.metrics.results.WithLabelValues("stale").Inc()

@@ -177,6 +177,42 @@ func TestCommandExpires(t *testing.T) {
 	})
 }
 
+// TestLateResultReplacesUnknown: a sent command left without a result past
+// its deadline is unknown; the node's result, when it comes after all,
+// replaces that and is acknowledged, but an unknown result changes nothing.
+func TestLateResultReplacesUnknown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		b := setupGateway(t, engine, gwOptions{})
+		n := b.newNode(t, "gpu-01")
+		b.queue(t, n.id, "cmd-1", 200*time.Millisecond)
+		b.queue(t, n.id, "cmd-2", 200*time.Millisecond)
+		f, w := b.connect(t, n, nil)
+		f.wantCommand("cmd-1")
+		f.wantCommand("cmd-2")
+		// The sweep, with a grace this test can wait for.
+		eventually(t, 3*time.Second, "both commands unknown", func() bool {
+			if _, err := b.st.ExpireCommands(t.Context(), time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			return b.command(t, "cmd-1").State == store.CommandUnknown && b.command(t, "cmd-2").State == store.CommandUnknown
+		})
+		f.result("cmd-1", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_SUCCEEDED, "late")
+		f.wantAck("cmd-1")
+		if c := b.command(t, "cmd-1"); c.State != store.CommandSucceeded || c.Output != "late" {
+			t.Errorf("cmd-1 after its late result: %s %q, want succeeded %q", c.State, c.Output, "late")
+		}
+		f.result("cmd-2", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_UNKNOWN, "")
+		f.wantAck("cmd-2")
+		if c := b.command(t, "cmd-2"); c.State != store.CommandUnknown || !strings.Contains(c.Error, "no result by its deadline") {
+			t.Errorf("cmd-2 after an unknown result: %s %q, want the deadline's unknown kept", c.State, c.Error)
+		}
+		if got := b.metric(t, "bettercompute_gateway_command_results_total", "duplicate"); got != 1 {
+			t.Errorf("results{duplicate} = %v, want 1 (cmd-2's)", got)
+		}
+	})
+}
+
 // TestRecentCommands: commands the node reported as run are not sent again,
 // and their results, sent again, are accepted.
 func TestRecentCommands(t *testing.T) {

@@ -7,10 +7,18 @@ import (
 	"time"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/store"
 )
 
 // expireInterval is how often queued commands past their deadline fail.
 const expireInterval = time.Second
+
+// resultGrace is how long after a sent command's deadline the gateway waits
+// for its result before calling it unknown. bcd starts a command only
+// before its deadline and stops it 5 minutes later; the extra minute covers
+// clock skew and a slow report. A result that comes later still replaces
+// unknown.
+const resultGrace = 6 * time.Minute
 
 // revocationSweep is how often the gateway looks for nodes revoked through
 // other processes; revocation must close a session within a second.
@@ -123,7 +131,9 @@ func (g *Gateway) flushHeard(ctx context.Context) bool {
 }
 
 // expireLoop fails, every second, the queued commands whose deadline
-// passed by the store's clock: a command for a node that stayed offline.
+// passed by the store's clock (a command for a node that stayed offline),
+// and sets to unknown the sent ones without a result by their deadline
+// plus resultGrace (their node went away and has not come back).
 func (g *Gateway) expireLoop(ctx context.Context) {
 	t := time.NewTicker(expireInterval)
 	defer t.Stop()
@@ -133,12 +143,16 @@ func (g *Gateway) expireLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		expired, err := g.st.ExpireCommands(ctx)
+		expired, err := g.st.ExpireCommands(ctx, resultGrace)
 		if err != nil {
 			g.log.Error("gateway: expire commands", "err", err)
 			continue
 		}
 		for _, c := range expired {
+			if c.State == store.CommandUnknown {
+				g.log.Warn("gateway: no result from the node by the command's deadline; it is unknown", "node", c.NodeID, "command", c.ID, "kind", c.Kind)
+				continue
+			}
 			g.log.Info("gateway: command expired before its node took it", "node", c.NodeID, "command", c.ID, "kind", c.Kind)
 		}
 	}

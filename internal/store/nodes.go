@@ -236,12 +236,15 @@ type NodeQuerier interface {
 	// unless it is queued or was sent on an older epoch and never finished.
 	MarkCommandSent(ctx context.Context, id string, epoch int64) error
 	// FinishCommand records a result for a queued or sent command whose
-	// SessionEpoch is at most epoch; ErrConflict when it already finished or
-	// the result comes from an older session than the one it was sent on.
+	// SessionEpoch is at most epoch, or a result other than unknown for an
+	// unknown one (the node answered after all); ErrConflict when it
+	// already finished or the result comes from an older session than the
+	// one it was sent on.
 	FinishCommand(ctx context.Context, id string, epoch int64, state CommandState, output, errText string) (NodeCommand, error)
-	// ExpireCommands fails every queued command whose deadline passed by the
-	// store's clock, and returns them.
-	ExpireCommands(ctx context.Context) ([]NodeCommand, error)
+	// ExpireCommands, by the store's clock, expires every queued command
+	// whose deadline passed, sets every sent command with no result by its
+	// deadline plus resultGrace to unknown, and returns them.
+	ExpireCommands(ctx context.Context, resultGrace time.Duration) ([]NodeCommand, error)
 	// FailInFlightCommands sets every sent command of the node to unknown
 	// (its journal was lost) and returns them.
 	FailInFlightCommands(ctx context.Context, nodeID string) ([]NodeCommand, error)

@@ -235,9 +235,10 @@ func exerciseExpireAndFailCommands(ctx context.Context, t *testing.T, s *store.S
 	markSent(ctx, t, s, 1, "sent-late", "sent1", "sent2", "done", "sent-n2")
 	must(s.FinishCommand(ctx, "done", 1, store.CommandSucceeded, "", ""))(t)
 
-	// Only queued commands past their deadline expire, on every node.
+	// Only queued commands past their deadline expire, on every node; a
+	// sent one waits for its result for the grace after its deadline.
 	before := must(s.Now(ctx))(t)
-	expired := must(s.ExpireCommands(ctx))(t)
+	expired := must(s.ExpireCommands(ctx, time.Hour))(t)
 	if got := commandIDs(expired); fmt.Sprint(got) != "[late1 late2]" {
 		t.Errorf("ExpireCommands = %v, want [late1 late2]", got)
 	}
@@ -249,7 +250,7 @@ func exerciseExpireAndFailCommands(ctx context.Context, t *testing.T, s *store.S
 			t.Errorf("after ExpireCommands GetNodeCommand = %+v, want %+v", got, c)
 		}
 	}
-	if got := must(s.ExpireCommands(ctx))(t); len(got) != 0 {
+	if got := must(s.ExpireCommands(ctx, time.Hour))(t); len(got) != 0 {
 		t.Errorf("ExpireCommands again = %v, want none", commandIDs(got))
 	}
 	_, err := s.FinishCommand(ctx, "late1", 1, store.CommandSucceeded, "", "")
@@ -278,5 +279,32 @@ func exerciseExpireAndFailCommands(ctx context.Context, t *testing.T, s *store.S
 	}
 	if got := must(s.FailInFlightCommands(ctx, "missing"))(t); len(got) != 0 {
 		t.Errorf("FailInFlightCommands(missing) = %v, want none", commandIDs(got))
+	}
+
+	// A sent command with no result by its deadline plus the grace is
+	// unknown; a late result replaces that, once, and unknown does not.
+	createCommands(ctx, t, s, "n2", -time.Second, "silent")
+	markSent(ctx, t, s, 1, "silent")
+	before = must(s.Now(ctx))(t)
+	unknown := must(s.ExpireCommands(ctx, time.Millisecond))(t)
+	if got := commandIDs(unknown); fmt.Sprint(got) != "[silent]" {
+		t.Fatalf("ExpireCommands(grace 1ms) = %v, want [silent]", got)
+	}
+	if c := unknown[0]; c.State != store.CommandUnknown || c.FinishedAt.Before(before) ||
+		c.Error != "its node sent no result by its deadline; whether it ran is unknown" {
+		t.Errorf("ExpireCommands returned %+v, want unknown, finished at or after %v, saying no result came", c, before)
+	}
+	_, err = s.FinishCommand(ctx, "silent", 1, store.CommandUnknown, "", "started, result lost")
+	wantIs(t, "FinishCommand(unknown over unknown)", err, store.ErrConflict)
+	_, err = s.FinishCommand(ctx, "silent", 0, store.CommandSucceeded, "late", "")
+	wantIs(t, "FinishCommand(unknown, an older session)", err, store.ErrConflict)
+	late := must(s.FinishCommand(ctx, "silent", 2, store.CommandSucceeded, "late", ""))(t)
+	if late.State != store.CommandSucceeded || late.Output != "late" || late.Error != "" || late.SessionEpoch != 1 {
+		t.Errorf("FinishCommand(unknown, late) = %+v, want succeeded with its output, still on epoch 1", late)
+	}
+	_, err = s.FinishCommand(ctx, "silent", 2, store.CommandFailed, "", "again")
+	wantIs(t, "FinishCommand(after the late result)", err, store.ErrConflict)
+	if got := must(s.GetNodeCommand(ctx, "sent-n2"))(t); got.State != store.CommandSent {
+		t.Errorf("sent-n2, within its deadline, is %s after ExpireCommands; want sent", got.State)
 	}
 }

@@ -392,8 +392,8 @@ func (p pgQuerier) FinishCommand(ctx context.Context, id string, epoch int64, st
 	return pgCommandResult(r, err, "finish command %q on epoch %d", id, epoch)
 }
 
-func (p pgQuerier) ExpireCommands(ctx context.Context) ([]NodeCommand, error) {
-	rows, err := p.q.ExpireCommands(ctx)
+func (p pgQuerier) ExpireCommands(ctx context.Context, resultGrace time.Duration) ([]NodeCommand, error) {
+	rows, err := p.q.ExpireCommands(ctx, resultGrace.Microseconds())
 	out, err := pgCommands(rows, err, "expire commands")
 	sortCommands(out)
 	return out, err

@@ -407,8 +407,8 @@ func (s sqliteQuerier) FinishCommand(ctx context.Context, id string, epoch int64
 	return sqliteCommandResult(r, err, "finish command %q on epoch %d", id, epoch)
 }
 
-func (s sqliteQuerier) ExpireCommands(ctx context.Context) ([]NodeCommand, error) {
-	rows, err := s.q.ExpireCommands(ctx)
+func (s sqliteQuerier) ExpireCommands(ctx context.Context, resultGrace time.Duration) ([]NodeCommand, error) {
+	rows, err := s.q.ExpireCommands(ctx, resultGrace.Microseconds())
 	out, err := sqliteCommands(rows, err, "expire commands")
 	sortCommands(out)
 	return out, err

@@ -56,14 +56,23 @@ func (q *Queries) CreateNodeCommand(ctx context.Context, arg CreateNodeCommandPa
 
 const expireCommands = `-- name: ExpireCommands :many
 UPDATE node_commands
-SET state = 'expired', error = 'its deadline passed before it was sent', finished_at = c.now
+SET state = CASE WHEN node_commands.state = 'queued' THEN 'expired' ELSE 'unknown' END,
+    error = CASE WHEN node_commands.state = 'queued' THEN 'its deadline passed before it was sent'
+                 ELSE 'its node sent no result by its deadline; whether it ran is unknown' END,
+    finished_at = c.now
 FROM (SELECT clock_timestamp() AS now) c
-WHERE state = 'queued' AND deadline <= c.now
+WHERE (state = 'queued' AND deadline <= c.now)
+   OR (state = 'sent' AND deadline <= c.now - $1::bigint * interval '1 microsecond')
 RETURNING node_commands.id, node_commands.node_id, node_commands.kind, node_commands.args, node_commands.idempotency_key, node_commands.state, node_commands.output, node_commands.error, node_commands.session_epoch, node_commands.created_at, node_commands.deadline, node_commands.sent_at, node_commands.finished_at
 `
 
-func (q *Queries) ExpireCommands(ctx context.Context) ([]NodeCommand, error) {
-	rows, err := q.db.Query(ctx, expireCommands)
+// A queued command past its deadline expires: no node took it in time. A
+// sent command with no result by its deadline plus result_grace_us (how
+// long a command may run on its node, and some) becomes unknown: the node
+// is gone or lost it. Its node may still report a result later, which then
+// replaces unknown (FinishCommand).
+func (q *Queries) ExpireCommands(ctx context.Context, resultGraceUs int64) ([]NodeCommand, error) {
+	rows, err := q.db.Query(ctx, expireCommands, resultGraceUs)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +152,8 @@ SET state = $1, output = $2, error = $3,
     session_epoch = CASE WHEN state = 'queued' THEN $4::bigint ELSE session_epoch END,
     sent_at = COALESCE(sent_at, c.now), finished_at = c.now
 FROM (SELECT clock_timestamp() AS now) c
-WHERE id = $5 AND state IN ('queued', 'sent') AND session_epoch <= $4::bigint
+WHERE id = $5 AND session_epoch <= $4::bigint
+  AND (state IN ('queued', 'sent') OR (state = 'unknown' AND $1 <> 'unknown'))
 RETURNING node_commands.id, node_commands.node_id, node_commands.kind, node_commands.args, node_commands.idempotency_key, node_commands.state, node_commands.output, node_commands.error, node_commands.session_epoch, node_commands.created_at, node_commands.deadline, node_commands.sent_at, node_commands.finished_at
 `
 
@@ -157,7 +167,8 @@ type FinishCommandParams struct {
 
 // A queued command may finish too: the node got it on session
 // session_epoch even if MarkCommandSent lost the race, so it is recorded as
-// sent on that session.
+// sent on that session. An unknown command takes a late result that says
+// more than unknown: the node's word beats the deadline's guess.
 func (q *Queries) FinishCommand(ctx context.Context, arg FinishCommandParams) (NodeCommand, error) {
 	row := q.db.QueryRow(ctx, finishCommand,
 		arg.State,

@@ -55,14 +55,22 @@ func (q *Queries) CreateNodeCommand(ctx context.Context, arg CreateNodeCommandPa
 
 const expireCommands = `-- name: ExpireCommands :many
 UPDATE node_commands
-SET state = 'expired', error = 'its deadline passed before it was sent',
+SET state = CASE WHEN state = 'queued' THEN 'expired' ELSE 'unknown' END,
+    error = CASE WHEN state = 'queued' THEN 'its deadline passed before it was sent'
+                 ELSE 'its node sent no result by its deadline; whether it ran is unknown' END,
     finished_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE state = 'queued' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE (state = 'queued' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR (state = 'sent' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) - CAST(?1 AS INTEGER))
 RETURNING id, node_id, kind, args, idempotency_key, state, output, error, session_epoch, created_at, deadline, sent_at, finished_at
 `
 
-func (q *Queries) ExpireCommands(ctx context.Context) ([]NodeCommand, error) {
-	rows, err := q.query(ctx, q.expireCommandsStmt, expireCommands)
+// A queued command past its deadline expires: no node took it in time. A
+// sent command with no result by its deadline plus result_grace_us (how
+// long a command may run on its node, and some) becomes unknown: the node
+// is gone or lost it. Its node may still report a result later, which then
+// replaces unknown (FinishCommand).
+func (q *Queries) ExpireCommands(ctx context.Context, resultGraceUs int64) ([]NodeCommand, error) {
+	rows, err := q.query(ctx, q.expireCommandsStmt, expireCommands, resultGraceUs)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +157,8 @@ SET state = ?1, output = ?2, error = ?3,
     session_epoch = CASE WHEN state = 'queued' THEN ?4 ELSE session_epoch END,
     sent_at = COALESCE(sent_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
     finished_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE id = ?5 AND state IN ('queued', 'sent') AND session_epoch <= ?4
+WHERE id = ?5 AND session_epoch <= ?4
+  AND (state IN ('queued', 'sent') OR (state = 'unknown' AND ?1 <> 'unknown'))
 RETURNING id, node_id, kind, args, idempotency_key, state, output, error, session_epoch, created_at, deadline, sent_at, finished_at
 `
 
@@ -163,7 +172,8 @@ type FinishCommandParams struct {
 
 // A queued command may finish too: the node got it on session
 // session_epoch even if MarkCommandSent lost the race, so it is recorded as
-// sent on that session.
+// sent on that session. An unknown command takes a late result that says
+// more than unknown: the node's word beats the deadline's guess.
 func (q *Queries) FinishCommand(ctx context.Context, arg FinishCommandParams) (NodeCommand, error) {
 	row := q.queryRow(ctx, q.finishCommandStmt, finishCommand,
 		arg.State,

@@ -37,20 +37,30 @@ WHERE id = sqlc.arg(id) AND (state = 'queued' OR (state = 'sent' AND session_epo
 -- name: FinishCommand :one
 -- A queued command may finish too: the node got it on session
 -- session_epoch even if MarkCommandSent lost the race, so it is recorded as
--- sent on that session.
+-- sent on that session. An unknown command takes a late result that says
+-- more than unknown: the node's word beats the deadline's guess.
 UPDATE node_commands
 SET state = sqlc.arg(state), output = sqlc.arg(output), error = sqlc.arg(error),
     session_epoch = CASE WHEN state = 'queued' THEN sqlc.arg(session_epoch) ELSE session_epoch END,
     sent_at = COALESCE(sent_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
     finished_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE id = sqlc.arg(id) AND state IN ('queued', 'sent') AND session_epoch <= sqlc.arg(session_epoch)
+WHERE id = sqlc.arg(id) AND session_epoch <= sqlc.arg(session_epoch)
+  AND (state IN ('queued', 'sent') OR (state = 'unknown' AND sqlc.arg(state) <> 'unknown'))
 RETURNING *;
 
 -- name: ExpireCommands :many
+-- A queued command past its deadline expires: no node took it in time. A
+-- sent command with no result by its deadline plus result_grace_us (how
+-- long a command may run on its node, and some) becomes unknown: the node
+-- is gone or lost it. Its node may still report a result later, which then
+-- replaces unknown (FinishCommand).
 UPDATE node_commands
-SET state = 'expired', error = 'its deadline passed before it was sent',
+SET state = CASE WHEN state = 'queued' THEN 'expired' ELSE 'unknown' END,
+    error = CASE WHEN state = 'queued' THEN 'its deadline passed before it was sent'
+                 ELSE 'its node sent no result by its deadline; whether it ran is unknown' END,
     finished_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE state = 'queued' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE (state = 'queued' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR (state = 'sent' AND deadline <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) - CAST(sqlc.arg(result_grace_us) AS INTEGER))
 RETURNING *;
 
 -- name: FailInFlightCommands :many
