@@ -115,12 +115,18 @@ func Mount(mux *http.ServeMux, cfg Config) (err error) {
 		"GET /audit":                      s.audit,
 		"GET /tenants":                    s.tenants,
 		"POST /tenants":                   s.createTenant,
+		"POST /tenants/update":            s.updateTenant,
+		"POST /tenants/delete":            s.deleteTenant,
 		"GET /principals":                 s.principals,
 		"POST /principals":                s.createPrincipal,
+		"POST /principals/update":         s.updatePrincipal,
 		"POST /principals/delete":         s.deletePrincipal,
 		"POST /tokens":                    s.createToken,
 		"POST /tokens/revoke":             s.revokeToken,
 		"GET /groups":                     s.groups,
+		"POST /groups":                    s.createGroup,
+		"POST /groups/update":             s.updateGroup,
+		"POST /groups/delete":             s.deleteGroup,
 		"POST /groups/members":            s.changeMember,
 		"GET /policies":                   s.policies,
 		"GET /policies/edit":              s.policyEditor,
@@ -153,10 +159,10 @@ type session struct {
 	// platform is true for a principal of the platform tenant, which sees
 	// every tenant.
 	platform bool
-	// may holds the actions of adminActions and overviewActions the
-	// policies permit the caller, as WhoAmI answered: it decides which
-	// admin pages the nav offers and what the overview reads. The API
-	// still decides every call.
+	// may holds the actions of adminActions, formActions and
+	// overviewActions the policies permit the caller, as WhoAmI answered:
+	// it decides which admin pages the nav offers, which of their forms
+	// show, and what the overview reads. The API still decides every call.
 	may map[string]bool
 	// flash is a one-line message carried over a redirect.
 	flash string
@@ -231,11 +237,27 @@ const (
 	actGroupsList          = "compute:groups:list"
 	actPoliciesList        = "compute:policies:list"
 
+	actTenantsUpdate         = "compute:tenants:update"
+	actTenantsDelete         = "compute:tenants:delete"
+	actUsersCreate           = "compute:users:create"
+	actServiceAccountsCreate = "compute:service-accounts:create"
+	actGroupsCreate          = "compute:groups:create"
+
 	actNodesList        = "compute:nodes:list"
 	actPoolsList        = "compute:pools:list"
 	actReservationsList = "compute:reservations:list"
 	actUsageList        = "compute:usage:list"
 )
+
+// formActions are the actions whose permission shows an admin page's
+// forms, so that a viewer is offered no button the API would only refuse.
+// WhoAmI answers for actions on the caller's own tenant or the deployment,
+// not on one group or principal: whoever may create a tenant's groups is
+// taken to be whom the policies let edit and delete them, whoever may
+// create its users (or service accounts) whom they let edit those, and
+// tenants:update and tenants:delete are asked of the caller's own tenant.
+// The API still decides every post.
+var formActions = []string{actTenantsUpdate, actTenantsDelete, actUsersCreate, actServiceAccountsCreate, actGroupsCreate}
 
 // overviewActions are the lists the overview reads: it reads only those
 // WhoAmI says the caller may, rather than collect a denial (and a deny
@@ -247,7 +269,7 @@ var overviewActions = []string{actNodesList, actPoolsList, actReservationsList, 
 // costs what authenticating costs, so every page asks afresh: a changed
 // policy shows on the next page.
 func (s *server) identify(r *http.Request, sess *session) error {
-	res, err := sess.api.System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{Actions: slices.Concat(adminActions, overviewActions)}))
+	res, err := sess.api.System.WhoAmI(r.Context(), connect.NewRequest(&apiv1.WhoAmIRequest{Actions: slices.Concat(adminActions, formActions, overviewActions)}))
 	if err != nil {
 		return err
 	}

@@ -129,6 +129,6 @@ func (s *server) deletePolicy(w http.ResponseWriter, r *http.Request, sess *sess
 	if _, err := sess.api.Policies.DeletePolicy(r.Context(), connect.NewRequest(&apiv1.DeletePolicyRequest{Tenant: tenant, Name: name})); err != nil {
 		return err
 	}
-	s.redirect(w, r, "/policies?"+url.Values{"tenant": {tenant}}.Encode(), "Deleted policy "+name+".")
+	s.redirect(w, r, tenantPage("/policies", tenant), "Deleted policy "+name+".")
 	return nil
 }

@@ -29,8 +29,10 @@ type view struct {
 	Platform bool
 	// Principal is the signed-in caller, User::"acme/alice".
 	Principal string
-	// May names the admin pages the nav offers: tenants, principals,
-	// groups, policies.
+	// May names the admin pages the nav offers (tenants, principals,
+	// groups, policies) and the admin forms the pages show (createGroups,
+	// editGroups, editUsers, editServiceAccounts, editTenants,
+	// deleteTenants); see formActions.
 	May   map[string]bool
 	CSRF  string
 	Flash string
@@ -83,6 +85,13 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, sess *session, s
 			"principals": sess.may[actUsersList] || sess.may[actServiceAccountsList],
 			"groups":     sess.may[actGroupsList],
 			"policies":   sess.may[actPoliciesList],
+
+			"createGroups":        sess.may[actGroupsCreate],
+			"editGroups":          sess.may[actGroupsCreate],
+			"editUsers":           sess.may[actUsersCreate],
+			"editServiceAccounts": sess.may[actServiceAccountsCreate],
+			"editTenants":         sess.may[actTenantsUpdate],
+			"deleteTenants":       sess.may[actTenantsDelete],
 		}
 	}
 	var buf bytes.Buffer

@@ -1,8 +1,9 @@
 // Live updates for the console. Each page listens to the server's event
 // stream; on any event it fetches the current page again and swaps the
-// contents of <main>, keeping focus, what the user is typing and the
-// one-line messages. When the stream is refused (404 on a server without
-// it, 401) or drops, the page polls instead until it is back.
+// contents of <main>, keeping focus, what the user is typing, the edit
+// forms the user opened and the one-line messages. When the stream is
+// refused (404 on a server without it, 401) or drops, the page polls
+// instead until it is back.
 (function () {
   "use strict";
   var pending = null;
@@ -63,7 +64,14 @@
           var twin = keep.id && next.querySelector("#" + CSS.escape(keep.id));
           if (twin && twin.innerHTML.trim() === "") twin.innerHTML = keep.innerHTML;
         });
+        // An edit form the user opened stays open.
+        var open = [];
+        main.querySelectorAll("details[open][id]").forEach(function (d) { open.push(d.id); });
         main.innerHTML = next.innerHTML;
+        open.forEach(function (id) {
+          var d = document.getElementById(id);
+          if (d) d.open = true;
+        });
         var fresh = controls(main);
         for (var key in old) {
           var was = old[key], now = fresh[key];
