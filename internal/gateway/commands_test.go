@@ -177,6 +177,36 @@ func TestCommandExpires(t *testing.T) {
 	})
 }
 
+// TestNodeSaysExpiredOrUnknown: a node's result that it got a command too
+// late, or crashed while running one, is stored as such and acknowledged,
+// and the session goes on (it used to end on a store error, and the node
+// sent the result again on every reconnect).
+func TestNodeSaysExpiredOrUnknown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		b := setupGateway(t, engine, gwOptions{})
+		n := b.newNode(t, "gpu-01")
+		b.queue(t, n.id, "cmd-1", time.Hour)
+		b.queue(t, n.id, "cmd-2", time.Hour)
+		f, w := b.connect(t, n, nil)
+		f.wantCommand("cmd-1")
+		f.wantCommand("cmd-2")
+		f.result("cmd-1", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_EXPIRED, "")
+		f.wantAck("cmd-1")
+		f.result("cmd-2", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_UNKNOWN, "")
+		f.wantAck("cmd-2")
+		if c := b.command(t, "cmd-1"); c.State != store.CommandExpired {
+			t.Errorf("cmd-1: %s, want expired", c.State)
+		}
+		if c := b.command(t, "cmd-2"); c.State != store.CommandUnknown {
+			t.Errorf("cmd-2: %s, want unknown", c.State)
+		}
+		b.queue(t, n.id, "cmd-3", time.Hour)
+		b.gw.Notify(n.id)
+		f.wantCommand("cmd-3") // the same session
+	})
+}
+
 // TestLateResultReplacesUnknown: a sent command left without a result past
 // its deadline is unknown; the node's result, when it comes after all,
 // replaces that and is acknowledged, but an unknown result changes nothing.

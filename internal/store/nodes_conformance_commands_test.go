@@ -216,12 +216,24 @@ func exerciseCommandResults(ctx context.Context, t *testing.T, s *store.Store) {
 	wantIs(t, "MarkCommandSent(finished)", s.MarkCommandSent(ctx, "c2", 5), store.ErrConflict)
 
 	// Only a result finishes a command.
-	_, err = s.FinishCommand(ctx, "c3", 1, store.CommandExpired, "", "")
-	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("FinishCommand(expired) = %v, want an error that is neither ErrConflict nor ErrNotFound", err)
+	for _, state := range []store.CommandState{store.CommandQueued, store.CommandSent, "bogus"} {
+		_, err = s.FinishCommand(ctx, "c3", 1, state, "", "")
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("FinishCommand(%s) = %v, want an error that is neither ErrConflict nor ErrNotFound", state, err)
+		}
 	}
 	if got := must(s.GetNodeCommand(ctx, "c3"))(t); got.State != store.CommandSent || !got.FinishedAt.IsZero() {
-		t.Errorf("after FinishCommand(expired) GetNodeCommand = %+v, want still sent and unfinished", got)
+		t.Errorf("after FinishCommand(not a result) GetNodeCommand = %+v, want still sent and unfinished", got)
+	}
+	// The node's word that it got the command too late, or crashed while
+	// running it, is a result too.
+	createCommands(ctx, t, s, "n1", time.Hour, "too-late", "crashed")
+	markSent(ctx, t, s, 4, "too-late", "crashed")
+	for id, state := range map[string]store.CommandState{"too-late": store.CommandExpired, "crashed": store.CommandUnknown} {
+		c := must(s.FinishCommand(ctx, id, 4, state, "", "the node says so"))(t)
+		if c.State != state || c.Error != "the node says so" || c.FinishedAt.IsZero() {
+			t.Errorf("FinishCommand(%s, %s) = %+v, want %s, finished, with the node's error", id, state, c, state)
+		}
 	}
 }
 

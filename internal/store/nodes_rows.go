@@ -13,9 +13,9 @@ import (
 // share: the parts of a call that do not depend on the engine.
 
 // errBadResult is returned by FinishCommand for a state that is not a
-// result: a command finishes succeeded or failed; the store itself sets
-// expired and unknown.
-var errBadResult = errors.New("a command's result is succeeded or failed")
+// result. A node's result is succeeded or failed, or expired (it got the
+// command after its deadline) or unknown (it crashed while running it).
+var errBadResult = errors.New("a command's result is succeeded, failed, expired or unknown")
 
 // encodeStrings is a labels or args map as the JSON object both engines
 // store: {} for nil or empty.
@@ -66,7 +66,9 @@ func checkLimit(what string, limit int) error {
 
 // checkResult refuses a FinishCommand state that is not a result.
 func checkResult(id string, state CommandState) error {
-	if state != CommandSucceeded && state != CommandFailed {
+	switch state {
+	case CommandSucceeded, CommandFailed, CommandExpired, CommandUnknown:
+	default:
 		return fmt.Errorf("store: finish command %q: %w (got %q)", id, errBadResult, state)
 	}
 	return nil
