@@ -110,3 +110,11 @@ func RecountNodeFree(ctx context.Context, s *Store) error {
 	}
 	return fmt.Errorf("unknown engine %T", s.eng)
 }
+
+// SharedQueued is how many InSharedTx calls wait for the next shared
+// transaction: tests use it to build a batch in a known order.
+func (s *Store) SharedQueued() int {
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	return len(s.shared.queue)
+}

@@ -238,13 +238,15 @@ type pgQuerier struct {
 	tx pgx.Tx // nil outside a transaction
 }
 
-// savepoint runs one SAVEPOINT, RELEASE or ROLLBACK TO statement of the
+// savepoint runs SAVEPOINT, RELEASE and ROLLBACK TO statements of the
 // transaction this querier is in (InSharedTx's isolation of its calls).
-func (p pgQuerier) savepoint(ctx context.Context, stmt string) error {
+func (p pgQuerier) savepoint(ctx context.Context, stmts ...string) error {
 	if p.tx == nil {
 		return errors.New("store: savepoint outside a transaction")
 	}
-	_, err := p.tx.Exec(ctx, stmt)
+	// Without arguments pgx sends a simple query, which may hold several
+	// statements: one round trip for all.
+	_, err := p.tx.Exec(ctx, strings.Join(stmts, "; "))
 	return err
 }
 

@@ -29,10 +29,19 @@ type sharedCall struct {
 }
 
 // savepointer is what an engine's transaction Querier gives InSharedTx to
-// keep one call's failure from undoing the others'.
+// keep one call's failure from undoing the others'. It runs stmts, each a
+// SAVEPOINT, RELEASE or ROLLBACK TO statement, in order; PostgreSQL sends
+// them in one round trip.
 type savepointer interface {
-	savepoint(ctx context.Context, stmt string) error
+	savepoint(ctx context.Context, stmts ...string) error
 }
+
+// The statements that fence one shared call from the next.
+const (
+	spBegin    = "SAVEPOINT shared_call"
+	spRelease  = "RELEASE SAVEPOINT shared_call"
+	spRollback = "ROLLBACK TO SAVEPOINT shared_call"
+)
 
 // InSharedTx runs fn as InTx does, except that calls made at the same time
 // share one transaction: on PostgreSQL, one commit (one fsync) for many, and
@@ -125,10 +134,16 @@ func (s *Store) runShared(batch []*sharedCall) {
 			return errors.New("store: this engine's transactions have no savepoints")
 		}
 		clear(errs)
+		// The fence between two calls (undo the last one if it failed,
+		// end its savepoint, open the next one's) is one round trip. No
+		// fence after the last call but its undo: COMMIT releases the
+		// rest.
+		fence := []string{spBegin}
 		for i, c := range live {
-			if err := sp.savepoint(ctx, "SAVEPOINT shared_call"); err != nil {
+			if err := sp.savepoint(ctx, fence...); err != nil {
 				return err
 			}
+			fence = append(fence[:0], spRelease, spBegin)
 			err := c.fn(context.WithoutCancel(c.ctx), q)
 			switch {
 			case err == nil:
@@ -136,13 +151,11 @@ func (s *Store) runShared(batch []*sharedCall) {
 				return err // the whole transaction runs again
 			default:
 				errs[i] = err
-				if err := sp.savepoint(ctx, "ROLLBACK TO SAVEPOINT shared_call"); err != nil {
-					return err
-				}
+				fence = append([]string{spRollback}, fence...)
 			}
-			if err := sp.savepoint(ctx, "RELEASE SAVEPOINT shared_call"); err != nil {
-				return err
-			}
+		}
+		if errs[len(live)-1] != nil {
+			return sp.savepoint(ctx, spRollback)
 		}
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
@@ -84,6 +85,83 @@ func exerciseSharedCalls(ctx context.Context, t *testing.T, s *store.Store) {
 		if !errors.Is(gerr, store.ErrNotFound) {
 			t.Errorf("call %d failed, but its setting is there (%v)", i, gerr)
 		}
+	}
+}
+
+// TestInSharedTxLastCallFails builds one batch in a known order, whose
+// last call fails in a failed statement: its write is undone before the
+// batch commits, and the calls before it commit.
+func TestInSharedTxLastCallFails(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		s, ctx := setup(t, engine)
+		ctx = store.Bulk(ctx) // shared on SQLite too
+		must(s.CreateTenant(ctx, store.Tenant{Name: "acme"}))(t)
+
+		// The first call leads alone and holds its transaction open while
+		// the next three queue behind it, in order: they are the batch.
+		hold, held := make(chan struct{}), make(chan struct{})
+		results := make(chan error, 4)
+		go func() {
+			results <- s.InSharedTx(ctx, func(ctx context.Context, q store.Querier) error {
+				close(held)
+				<-hold
+				return nil
+			})
+		}()
+		<-held
+		calls := []func(ctx context.Context, q store.Querier) error{
+			put("first"),
+			func(ctx context.Context, q store.Querier) error {
+				if err := put("fails-own")(ctx, q); err != nil {
+					return err
+				}
+				return errors.New("this call fails")
+			},
+			put("second"),
+			func(ctx context.Context, q store.Querier) error {
+				if err := put("fails-last")(ctx, q); err != nil {
+					return err
+				}
+				_, err := q.CreateTenant(ctx, store.Tenant{Name: "acme"}) // a failed statement
+				return err
+			},
+		}
+		errs := make([]error, len(calls))
+		var wg sync.WaitGroup
+		for i, fn := range calls {
+			wg.Go(func() { errs[i] = s.InSharedTx(ctx, fn) })
+			for s.SharedQueued() != i+1 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		close(hold)
+		wg.Wait()
+		if err := <-results; err != nil {
+			t.Fatalf("the leading call: %v", err)
+		}
+		if errs[0] != nil || errs[2] != nil || errs[1] == nil || !errors.Is(errs[3], store.ErrConflict) {
+			t.Fatalf("errors = %v; want nil, its own, nil, ErrConflict", errs)
+		}
+		for _, k := range []string{"first", "second"} {
+			if _, err := s.GetSetting(ctx, k); err != nil {
+				t.Errorf("setting %s of a call that succeeded: %v", k, err)
+			}
+		}
+		for _, k := range []string{"fails-own", "fails-last"} {
+			if _, err := s.GetSetting(ctx, k); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("setting %s of a call that failed: %v, want not found", k, err)
+			}
+		}
+	})
+}
+
+// put is a shared call that stores setting k.
+func put(k string) func(ctx context.Context, q store.Querier) error {
+	return func(ctx context.Context, q store.Querier) error {
+		_, err := q.PutSetting(ctx, k, "v")
+		return err
 	}
 }
 

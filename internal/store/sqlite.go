@@ -284,14 +284,18 @@ type sqliteQuerier struct {
 	tx *sql.Tx // nil outside a transaction
 }
 
-// savepoint runs one SAVEPOINT, RELEASE or ROLLBACK TO statement of the
+// savepoint runs SAVEPOINT, RELEASE and ROLLBACK TO statements of the
 // transaction this querier is in (InSharedTx's isolation of its calls).
-func (s sqliteQuerier) savepoint(ctx context.Context, stmt string) error {
+func (s sqliteQuerier) savepoint(ctx context.Context, stmts ...string) error {
 	if s.tx == nil {
 		return errors.New("store: savepoint outside a transaction")
 	}
-	_, err := s.tx.ExecContext(ctx, stmt)
-	return err
+	for _, stmt := range stmts {
+		if _, err := s.tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fromMicros converts the SQLite engine's stored time (INTEGER unix
