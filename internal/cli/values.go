@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,9 @@ func parseDuration(s string) (time.Duration, error) {
 		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
 			return 0, fmt.Errorf("%q is not a duration", s)
 		}
+	}
+	if d > math.MaxInt64-days {
+		return 0, fmt.Errorf("%q is too long: at most %.0f days", s, (time.Duration(math.MaxInt64)).Hours()/24)
 	}
 	return days + d, nil
 }

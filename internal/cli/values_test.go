@@ -27,6 +27,8 @@ func TestParseDuration(t *testing.T) {
 		{"1d-5m", 0, false},
 		{"5", 0, false},
 		{"soon", 0, false},
+		{"65535d2000000h", 0, false}, // past time.Duration: it used to wrap negative
+		{"65535d", 65535 * 24 * time.Hour, true},
 	}
 	for _, tt := range tests {
 		got, err := parseDuration(tt.in)
@@ -101,4 +103,24 @@ func TestAPIActions(t *testing.T) {
 			t.Errorf("apiActions() lacks %s: %v", a, actions)
 		}
 	}
+}
+
+// FuzzParseDuration: whatever the input, a duration parsed without error is
+// never negative and prints as what it read.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"90d", "1d12h", "0", "65535d2000000h", "1d-5m", "2562047h", "106751d23h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseDuration(s)
+		if err != nil {
+			return
+		}
+		if d < 0 {
+			t.Fatalf("parseDuration(%q) = %v, negative", s, d)
+		}
+		if back, err := parseDuration(d.String()); err != nil || back != d {
+			t.Fatalf("parseDuration(%q) = %v, which reads back as %v, %v", s, d, back, err)
+		}
+	})
 }
