@@ -140,6 +140,7 @@ var matrix = map[string]row{
 	"/bettercompute.api.v1.WebhookService/GetWebhook":            {body: webhookIn},
 	"/bettercompute.api.v1.WebhookService/DeleteWebhook":         {body: webhookIn},
 	"/bettercompute.api.v1.WebhookService/EnableWebhook":         {body: webhookIn},
+	"/bettercompute.api.v1.WebhookService/RotateWebhookSecret":   {body: webhookIn},
 	"/bettercompute.api.v1.WebhookService/TestWebhook":           {body: webhookIn},
 	"/bettercompute.api.v1.WebhookService/ListWebhookDeliveries": {body: webhookIn},
 	"/bettercompute.api.v1.EventService/ListEvents":              {body: func(_ *fixture, t string) map[string]any { return in(t) }},

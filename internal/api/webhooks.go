@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -141,6 +143,51 @@ func (s *webhookService) EnableWebhook(ctx context.Context, req *connect.Request
 	return connect.NewResponse(&apiv1.EnableWebhookResponse{Webhook: webhookProto(w)}), nil
 }
 
+// defaultKeepPrevious is how long a rotated secret keeps signing when the
+// caller does not say: a day is time to roll the new secret out to
+// receivers, and little for a leaked one to be of use.
+const defaultKeepPrevious = 24 * time.Hour
+
+// RotateWebhookSecret replaces a webhook's secret without a gap: the old
+// one keeps signing beside the new for keep_previous. The old secret is
+// opened and sealed again as the previous one inside the transaction, and
+// the update is a compare-and-set on the secret read, so a concurrent
+// rotation cannot make this one keep a secret that is already gone.
+func (s *webhookService) RotateWebhookSecret(ctx context.Context, req *connect.Request[apiv1.RotateWebhookSecretRequest]) (*connect.Response[apiv1.RotateWebhookSecretResponse], error) {
+	m := req.Msg
+	keep := defaultKeepPrevious
+	if kp := m.GetKeepPrevious(); kp != nil {
+		// The store counts in microseconds, so a keep under one is 0 there:
+		// truncated here, the answer says the old secret was dropped.
+		keep = kp.AsDuration().Truncate(time.Microsecond)
+		if kp.CheckValid() != nil || keep < 0 || keep > store.MaxKeepPrevious {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("keep_previous %v is out of range: give 0s (drop the old secret now) to 168h (7 days), or leave it unset for 24h", keep))
+		}
+	}
+	tenant, id := callFrom(ctx).tenant(), m.GetId()
+	secret := webhooks.NewSecret()
+	var w store.Webhook
+	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
+		old, err := getWebhook(ctx, q, tenant, id)
+		if err != nil {
+			return err
+		}
+		rot, err := s.worker.SealRotation(old, secret, keep)
+		if err != nil {
+			return err
+		}
+		w, err = q.RotateWebhookSecret(ctx, rot)
+		if errors.Is(err, store.ErrConflict) {
+			return connect.NewError(connect.CodeAborted, errors.New("webhook "+id+"'s secret was rotated by another call at the same moment; rotate again to get a secret of your own"))
+		}
+		return notFoundAs(err, typeWebhook, tenant, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&apiv1.RotateWebhookSecretResponse{Webhook: webhookProto(w), Secret: string(secret)}), nil
+}
+
 // TestWebhook sends while the caller waits: the answer is the receiver's.
 // The request leaves the control plane, so it is audited like a change;
 // the audit event is written after the send, since an HTTP request must not
@@ -215,8 +262,8 @@ func decodeDeliveryToken(t string) (int64, error) {
 	return id, nil
 }
 
-// webhookProto is a webhook without its secret, which is shown only when
-// it is made.
+// webhookProto is a webhook without its secrets: the current one is shown
+// only when it is made or rotated, the previous one never.
 func webhookProto(w store.Webhook) *apiv1.Webhook {
 	p := &apiv1.Webhook{
 		Id: w.ID, Tenant: w.Tenant, Url: w.URL, Events: w.Events, State: string(w.State),
@@ -227,6 +274,9 @@ func webhookProto(w store.Webhook) *apiv1.Webhook {
 	}
 	if !w.NextAttemptAt.IsZero() {
 		p.NextAttemptTime = ts(w.NextAttemptAt)
+	}
+	if !w.PreviousUntil.IsZero() {
+		p.PreviousSecretExpireTime = ts(w.PreviousUntil)
 	}
 	return p
 }

@@ -33,6 +33,22 @@ func webhookIn(f *fixture, t string) map[string]any {
 	return in(t, "id", id)
 }
 
+// withWebhooks returns f's API served by a second server whose webhook
+// calls use worker: the fixture's own refuses private receivers, and tests
+// need loopback ones, as dev allows.
+func withWebhooks(t *testing.T, f *fixture, worker *webhooks.Worker) *fixture {
+	t.Helper()
+	mux := http.NewServeMux()
+	if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(requestid.Middleware(mux))
+	t.Cleanup(srv.Close)
+	open := *f
+	open.url = srv.URL
+	return &open
+}
+
 // TestWebhooksAPI manages a webhook through the API, against a real
 // receiver, on a server that allows private targets as dev does.
 func TestWebhooksAPI(t *testing.T) {
@@ -51,14 +67,7 @@ func TestWebhooksAPI(t *testing.T) {
 		}
 
 		worker := &webhooks.Worker{Store: f.store, Sealer: f.authority.Sealer(), URLs: webhooks.URLChecker{AllowPrivate: true}}
-		mux := http.NewServeMux()
-		if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(requestid.Middleware(mux))
-		t.Cleanup(srv.Close)
-		open := *f
-		open.url = srv.URL
+		open := withWebhooks(t, f, worker)
 
 		var (
 			mu     sync.Mutex
@@ -182,15 +191,7 @@ func TestWebhooksAPI(t *testing.T) {
 func TestWebhookNeedsSealer(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, store.EngineSQLite)
-	mux := http.NewServeMux()
-	worker := &webhooks.Worker{Store: f.store, URLs: webhooks.URLChecker{AllowPrivate: true}}
-	if err := api.Mount(mux, api.Config{Store: f.store, Started: time.Now(), Webhooks: worker}); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(requestid.Middleware(mux))
-	t.Cleanup(srv.Close)
-	bare := *f
-	bare.url = srv.URL
+	bare := withWebhooks(t, f, &webhooks.Worker{Store: f.store, URLs: webhooks.URLChecker{AllowPrivate: true}})
 	res := bare.call("/bettercompute.api.v1.WebhookService/CreateWebhook", f.tokens["acme/alice"], map[string]any{"url": "http://127.0.0.1:9/", "events": []string{"*"}})
 	if res.code == "ok" {
 		t.Fatalf("CreateWebhook without a sealer = ok %v, want an error", res.body)

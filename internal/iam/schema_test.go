@@ -32,7 +32,7 @@ func TestSchemaActions(t *testing.T) {
 		{[]string{"compute:groups:add-member", "compute:groups:remove-member"}, []string{"Group"}},
 		{[]string{"compute:policies:validate", "compute:policies:get-schema", "compute:audit:list"}, []string{"Tenant"}},
 		{[]string{"compute:webhooks:create", "compute:webhooks:list"}, []string{"Tenant"}},
-		{[]string{"compute:webhooks:get", "compute:webhooks:delete", "compute:webhooks:enable", "compute:webhooks:test", "compute:webhooks:deliveries"}, []string{"Webhook"}},
+		{[]string{"compute:webhooks:get", "compute:webhooks:delete", "compute:webhooks:enable", "compute:webhooks:rotate", "compute:webhooks:test", "compute:webhooks:deliveries"}, []string{"Webhook"}},
 	}
 	all := iam.Actions()
 	for _, tt := range tests {

@@ -19,7 +19,8 @@ func pgWebhook(r pgdb.Webhook) Webhook {
 		ID: r.ID, Tenant: r.Tenant, URL: r.Url, Events: splitPatterns(r.Events), Secret: WebhookSecret(r.Secret),
 		State: WebhookState(r.State), Cursor: r.CursorSeq, Attempts: int(r.Attempts),
 		FailingSince: fromNullTime(r.FailingSince), NextAttemptAt: fromNullTime(r.NextAttemptAt),
-		CreatedAt: r.CreatedAt.UTC(),
+		CreatedAt: r.CreatedAt.UTC(), PreviousSecret: WebhookSecret(r.PreviousSecret),
+		PreviousUntil: fromNullTime(r.PreviousUntil),
 	}
 }
 
@@ -75,6 +76,20 @@ func (p pgQuerier) EnableWebhook(ctx context.Context, id string) (Webhook, error
 	r, err := p.q.EnableWebhook(ctx, id)
 	if err != nil {
 		return Webhook{}, fmt.Errorf("store: enable webhook %q: %w", id, pgClassify(err))
+	}
+	return pgWebhook(r), nil
+}
+
+func (p pgQuerier) RotateWebhookSecret(ctx context.Context, rot WebhookRotation) (Webhook, error) {
+	if err := checkRotation(rot); err != nil {
+		return Webhook{}, fmt.Errorf("store: rotate webhook secret: %w", err)
+	}
+	r, err := p.q.RotateWebhookSecret(ctx, pgdb.RotateWebhookSecretParams{
+		Secret: string(rot.Secret), KeepUs: rot.Keep.Microseconds(), PreviousSecret: string(rot.Previous),
+		ID: rot.ID, OldSecret: string(rot.Old),
+	})
+	if err != nil {
+		return Webhook{}, rotateMissed(ctx, p, rot.ID, pgClassify(err))
 	}
 	return pgWebhook(r), nil
 }

@@ -18,7 +18,8 @@ func sqliteWebhook(r sqlitedb.Webhook) Webhook {
 		ID: r.ID, Tenant: r.Tenant, URL: r.Url, Events: splitPatterns(r.Events), Secret: WebhookSecret(r.Secret),
 		State: WebhookState(r.State), Cursor: r.CursorSeq, Attempts: int(r.Attempts),
 		FailingSince: fromNullMicros(r.FailingSince), NextAttemptAt: fromNullMicros(r.NextAttemptAt),
-		CreatedAt: fromMicros(r.CreatedAt),
+		CreatedAt: fromMicros(r.CreatedAt), PreviousSecret: WebhookSecret(r.PreviousSecret),
+		PreviousUntil: fromNullMicros(r.PreviousUntil),
 	}
 }
 
@@ -74,6 +75,20 @@ func (s sqliteQuerier) EnableWebhook(ctx context.Context, id string) (Webhook, e
 	r, err := s.q.EnableWebhook(ctx, id)
 	if err != nil {
 		return Webhook{}, fmt.Errorf("store: enable webhook %q: %w", id, sqliteClassify(err))
+	}
+	return sqliteWebhook(r), nil
+}
+
+func (s sqliteQuerier) RotateWebhookSecret(ctx context.Context, rot WebhookRotation) (Webhook, error) {
+	if err := checkRotation(rot); err != nil {
+		return Webhook{}, fmt.Errorf("store: rotate webhook secret: %w", err)
+	}
+	r, err := s.q.RotateWebhookSecret(ctx, sqlitedb.RotateWebhookSecretParams{
+		Secret: string(rot.Secret), KeepUs: rot.Keep.Microseconds(), PreviousSecret: string(rot.Previous),
+		ID: rot.ID, OldSecret: string(rot.Old),
+	})
+	if err != nil {
+		return Webhook{}, rotateMissed(ctx, s, rot.ID, sqliteClassify(err))
 	}
 	return sqliteWebhook(r), nil
 }

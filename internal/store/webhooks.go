@@ -70,6 +70,39 @@ type Webhook struct {
 	NextAttemptAt time.Time
 	// CreatedAt is when the webhook was made, by the store's clock.
 	CreatedAt time.Time
+	// PreviousSecret is the secret the last RotateWebhookSecret replaced,
+	// sealed like Secret but for a name of its own (internal/webhooks), so
+	// that it cannot stand in for Secret; empty when there is none. It is
+	// kept so that receivers can switch secrets without a gap.
+	PreviousSecret WebhookSecret
+	// PreviousUntil is when PreviousSecret stops signing deliveries, by the
+	// store's clock; zero when there is none. It may be past: an expired
+	// one stays in the row, never used, until the next rotation.
+	PreviousUntil time.Time
+}
+
+// MaxKeepPrevious bounds WebhookRotation.Keep: a replaced secret is for a
+// switch-over, not a second secret to live on indefinitely.
+const MaxKeepPrevious = 7 * 24 * time.Hour
+
+// WebhookRotation replaces one webhook's signing secret
+// (RotateWebhookSecret). The secrets are as the row stores them, sealed by
+// internal/webhooks, which the store never opens.
+type WebhookRotation struct {
+	// ID names the webhook.
+	ID string
+	// Old is the Secret the caller read: the rotation applies only while it
+	// is still the one stored, so that of two rotations at once the second
+	// cannot keep, as previous, a secret the first already replaced.
+	Old WebhookSecret
+	// Secret is the new secret.
+	Secret WebhookSecret
+	// Previous is Old sealed again as a previous secret; ignored when Keep
+	// is 0.
+	Previous WebhookSecret
+	// Keep is how long Previous signs beside Secret, from the store's now,
+	// 0 to MaxKeepPrevious; 0 drops the old secret at once.
+	Keep time.Duration
 }
 
 // WebhookDelivery is one attempt to deliver one event, as logged.
@@ -128,6 +161,12 @@ type WebhookQuerier interface {
 	// EnableWebhook makes a webhook active with its retries from scratch,
 	// its cursor unchanged; ErrNotFound when there is none.
 	EnableWebhook(ctx context.Context, id string) (Webhook, error)
+	// RotateWebhookSecret stores r in one statement: the new secret, and
+	// the old one as previous until now plus r.Keep (none when r.Keep is
+	// 0), replacing any previous one; cursor, state and log stay. ErrNotFound
+	// when there is no webhook r.ID, ErrConflict when its secret is no
+	// longer r.Old.
+	RotateWebhookSecret(ctx context.Context, r WebhookRotation) (Webhook, error)
 	// DueWebhooks returns active webhooks that may be tried at now (no
 	// retry wait, no live claim) and have an event of their tenant after
 	// their cursor, by ID, at most limit.
@@ -177,6 +216,32 @@ func checkWebhook(w Webhook) error {
 		}
 	}
 	return nil
+}
+
+// checkRotation refuses a rotation RotateWebhookSecret cannot write.
+func checkRotation(r WebhookRotation) error {
+	switch {
+	case r.ID == "" || r.Old == "" || r.Secret == "":
+		return fmt.Errorf("a rotation needs the webhook's id, its old secret and a new one: %w", errBadWebhook)
+	case r.Keep < 0 || r.Keep > MaxKeepPrevious:
+		return fmt.Errorf("webhook %q: the old secret may be kept 0 to %v, not %v: %w", r.ID, MaxKeepPrevious, r.Keep, errBadWebhook)
+	case r.Keep > 0 && r.Previous == "":
+		return fmt.Errorf("webhook %q: the old secret is to be kept but none was given: %w", r.ID, errBadWebhook)
+	}
+	return nil
+}
+
+// rotateMissed tells why a rotation's compare-and-set matched no row: the
+// webhook is gone (ErrNotFound, as err says) or its secret changed since
+// the caller read it (ErrConflict).
+func rotateMissed(ctx context.Context, q WebhookQuerier, id string, err error) error {
+	if !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("store: rotate the secret of webhook %q: %w", id, err)
+	}
+	if _, gerr := q.GetWebhook(ctx, id); gerr != nil {
+		return gerr
+	}
+	return fmt.Errorf("store: rotate the secret of webhook %q: it was rotated since it was read: %w", id, ErrConflict)
 }
 
 // joinPatterns and splitPatterns store Events in one text column.

@@ -29,6 +29,8 @@ func TestWebhooksConformance(t *testing.T) {
 			{"Delivery", exerciseWebhookDelivery},
 			{"Race", exerciseWebhookRace},
 			{"Log", exerciseWebhookLog},
+			{"Rotate", exerciseWebhookRotate},
+			{"RotateRace", exerciseWebhookRotateRace},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -115,7 +117,8 @@ func exerciseWebhookRecords(ctx context.Context, t *testing.T, s *store.Store) {
 func webhooksEqual(a, b store.Webhook) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.URL == b.URL && slices.Equal(a.Events, b.Events) &&
 		a.Secret == b.Secret && a.State == b.State && a.Cursor == b.Cursor && a.Attempts == b.Attempts &&
-		a.FailingSince.Equal(b.FailingSince) && a.NextAttemptAt.Equal(b.NextAttemptAt) && a.CreatedAt.Equal(b.CreatedAt)
+		a.FailingSince.Equal(b.FailingSince) && a.NextAttemptAt.Equal(b.NextAttemptAt) && a.CreatedAt.Equal(b.CreatedAt) &&
+		a.PreviousSecret == b.PreviousSecret && a.PreviousUntil.Equal(b.PreviousUntil)
 }
 
 func dueIDs(ctx context.Context, t *testing.T, s *store.Store, now time.Time) []string {

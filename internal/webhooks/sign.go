@@ -24,7 +24,9 @@ const (
 	// receiver refuses old ones, so a captured request cannot be replayed.
 	HeaderTimestamp = "webhook-timestamp"
 	// HeaderSignature is "v1," and the base64 of HMAC-SHA256 over
-	// id "." timestamp "." body, keyed with the secret's bytes.
+	// id "." timestamp "." body, keyed with the secret's bytes; while a
+	// rotated secret is still valid, one such signature per secret,
+	// space-separated, the current secret's first.
 	HeaderSignature = "webhook-signature"
 )
 
@@ -72,6 +74,22 @@ func Sign(secret store.WebhookSecret, id string, timestamp int64, body []byte) (
 	mac.Write([]byte(id + "." + strconv.FormatInt(timestamp, 10) + "."))
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// signAll returns the webhook-signature header's value for a delivery
+// signed with each of secrets: their Sign values, space-separated, as the
+// specification allows, so that a receiver holding any one of them
+// verifies it.
+func signAll(secrets []store.WebhookSecret, id string, timestamp int64, body []byte) (string, error) {
+	sigs := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		sig, err := Sign(s, id, timestamp, body)
+		if err != nil {
+			return "", err
+		}
+		sigs = append(sigs, sig)
+	}
+	return strings.Join(sigs, " "), nil
 }
 
 // Verify reports whether header, a webhook-signature value (one or more

@@ -168,7 +168,7 @@ func (w *Worker) RunOnce(ctx context.Context) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := w.deliver(ctx, h); err != nil {
+			if err := w.deliver(ctx, h, now); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("webhooks: webhook %s: %w", h.ID, err))
 				mu.Unlock()
@@ -184,11 +184,15 @@ func (w *Worker) RunOnce(ctx context.Context) error {
 func (w *Worker) lease() time.Duration { return 2*w.timeout() + 30*time.Second }
 
 // deliver claims h and delivers its events after its cursor in order,
-// until none is left or one fails.
-func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
+// until none is left or one fails. now is the store's clock when h was
+// found due.
+func (w *Worker) deliver(ctx context.Context, h store.Webhook, now time.Time) error {
+	// Each claim reads the clock, and each attempt is signed as of the
+	// claim before it: a previous secret that expires mid-batch stops
+	// signing there.
 	claim := func() (bool, error) {
-		now, err := w.Store.Now(ctx)
-		if err != nil {
+		var err error
+		if now, err = w.Store.Now(ctx); err != nil {
 			return false, err
 		}
 		return w.Store.ClaimWebhook(ctx, h.ID, w.owner, h.Cursor, now.Add(w.lease()))
@@ -196,7 +200,7 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 	// Opened before the claim: a secret that does not open is the
 	// server's fault, not the receiver's, so it is logged for the
 	// operator and costs the webhook no attempt.
-	secret, err := w.secret(h)
+	keys, err := w.keys(h, now)
 	if err != nil {
 		return err
 	}
@@ -232,7 +236,7 @@ func (w *Worker) deliver(ctx context.Context, h store.Webhook) error {
 			if ok, err := claim(); err != nil || !ok {
 				return err
 			}
-			d, err := w.attempt(ctx, h, secret, ev, h.Attempts+1)
+			d, err := w.attempt(ctx, h, keys.at(now), ev, h.Attempts+1)
 			if err != nil {
 				return err
 			}
@@ -344,15 +348,14 @@ func messageID(ev store.Event) string {
 	return "evt_" + strconv.FormatInt(ev.Seq, 10)
 }
 
-// attempt sends ev to h, signed with secret (h's, opened), once and logs
-// the attempt. Its error is the
-// store's, when the attempt could not be logged; the receiver's answer is
-// in the result.
-func (w *Worker) attempt(ctx context.Context, h store.Webhook, secret store.WebhookSecret, ev store.Event, n int) (Result, error) {
+// attempt sends ev to h, signed with each of secrets (h's, opened), once
+// and logs the attempt. Its error is the store's, when the attempt could
+// not be logged; the receiver's answer is in the result.
+func (w *Worker) attempt(ctx context.Context, h store.Webhook, secrets []store.WebhookSecret, ev store.Event, n int) (Result, error) {
 	w.init()
 	d := Result{WebhookID: h.ID, EventSeq: ev.Seq, EventType: ev.Type, Attempt: n}
 	started := time.Now()
-	d.HTTPStatus, d.Error = w.post(ctx, h.URL, secret, ev)
+	d.HTTPStatus, d.Error = w.post(ctx, h.URL, secrets, ev)
 	d.Duration = time.Since(started)
 	if len(d.Error) > maxErrorLen {
 		d.Error = d.Error[:maxErrorLen]
@@ -364,9 +367,9 @@ func (w *Worker) attempt(ctx context.Context, h store.Webhook, secret store.Webh
 	return logged, nil
 }
 
-// post sends one request to url, signed with secret, and returns the
-// receiver's status, and what went wrong when it was not a 2xx.
-func (w *Worker) post(ctx context.Context, url string, secret store.WebhookSecret, ev store.Event) (int, string) {
+// post sends one request to url, signed with each of secrets, and returns
+// the receiver's status, and what went wrong when it was not a 2xx.
+func (w *Worker) post(ctx context.Context, url string, secrets []store.WebhookSecret, ev store.Event) (int, string) {
 	data := ev.Data
 	if data == nil {
 		data = map[string]string{}
@@ -379,7 +382,7 @@ func (w *Worker) post(ctx context.Context, url string, secret store.WebhookSecre
 		return 0, "encode the event: " + err.Error()
 	}
 	id, ts := messageID(ev), time.Now().Unix()
-	sig, err := Sign(secret, id, ts, body)
+	sig, err := signAll(secrets, id, ts, body)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -410,11 +413,11 @@ func (w *Worker) post(ctx context.Context, url string, secret store.WebhookSecre
 // returns the attempt. It moves no cursor: the events after it wait as
 // they were.
 func (w *Worker) Test(ctx context.Context, h store.Webhook) (Result, error) {
-	secret, err := w.secret(h)
+	now, err := w.Store.Now(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	now, err := w.Store.Now(ctx)
+	keys, err := w.keys(h, now)
 	if err != nil {
 		return Result{}, err
 	}
@@ -422,5 +425,5 @@ func (w *Worker) Test(ctx context.Context, h store.Webhook) (Result, error) {
 		Kind: "webhook", Type: TestEventType, Tenant: h.Tenant, Subject: h.ID,
 		Data: map[string]string{"url": h.URL}, CreatedAt: now,
 	}
-	return w.attempt(ctx, h, secret, ev, 1)
+	return w.attempt(ctx, h, keys.at(now), ev, 1)
 }

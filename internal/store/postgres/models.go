@@ -250,19 +250,21 @@ type UsageWindow struct {
 }
 
 type Webhook struct {
-	ID            string
-	Tenant        string
-	Url           string
-	Events        string
-	Secret        string
-	State         string
-	CursorSeq     int64
-	Attempts      int32
-	FailingSince  *time.Time
-	NextAttemptAt *time.Time
-	LeaseOwner    string
-	LeaseUntil    *time.Time
-	CreatedAt     time.Time
+	ID             string
+	Tenant         string
+	Url            string
+	Events         string
+	Secret         string
+	State          string
+	CursorSeq      int64
+	Attempts       int32
+	FailingSince   *time.Time
+	NextAttemptAt  *time.Time
+	LeaseOwner     string
+	LeaseUntil     *time.Time
+	CreatedAt      time.Time
+	PreviousSecret string
+	PreviousUntil  *time.Time
 }
 
 type WebhookDelivery struct {

@@ -62,7 +62,7 @@ const createWebhook = `-- name: CreateWebhook :one
 INSERT INTO webhooks (id, tenant, url, events, secret, cursor_seq, created_at)
 VALUES ($1, $2, $3, $4, $5,
         (SELECT COALESCE(MAX(seq), 0)::bigint FROM events), clock_timestamp())
-RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at
+RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until
 `
 
 type CreateWebhookParams struct {
@@ -98,6 +98,8 @@ func (q *Queries) CreateWebhook(ctx context.Context, arg CreateWebhookParams) (W
 		&i.LeaseOwner,
 		&i.LeaseUntil,
 		&i.CreatedAt,
+		&i.PreviousSecret,
+		&i.PreviousUntil,
 	)
 	return i, err
 }
@@ -124,7 +126,7 @@ func (q *Queries) DeleteWebhookDeliveries(ctx context.Context, webhookID string)
 }
 
 const dueWebhooks = `-- name: DueWebhooks :many
-SELECT w.id, w.tenant, w.url, w.events, w.secret, w.state, w.cursor_seq, w.attempts, w.failing_since, w.next_attempt_at, w.lease_owner, w.lease_until, w.created_at FROM webhooks w
+SELECT w.id, w.tenant, w.url, w.events, w.secret, w.state, w.cursor_seq, w.attempts, w.failing_since, w.next_attempt_at, w.lease_owner, w.lease_until, w.created_at, w.previous_secret, w.previous_until FROM webhooks w
 WHERE w.state = 'active'
   AND (w.next_attempt_at IS NULL OR w.next_attempt_at <= $1::timestamptz)
   AND (w.lease_until IS NULL OR w.lease_until <= $1::timestamptz)
@@ -163,6 +165,8 @@ func (q *Queries) DueWebhooks(ctx context.Context, arg DueWebhooksParams) ([]Web
 			&i.LeaseOwner,
 			&i.LeaseUntil,
 			&i.CreatedAt,
+			&i.PreviousSecret,
+			&i.PreviousUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -177,7 +181,7 @@ func (q *Queries) DueWebhooks(ctx context.Context, arg DueWebhooksParams) ([]Web
 const enableWebhook = `-- name: EnableWebhook :one
 UPDATE webhooks SET state = 'active', attempts = 0, failing_since = NULL, next_attempt_at = NULL
 WHERE id = $1
-RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at
+RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until
 `
 
 // Active again, its retries from scratch; the cursor stays where it was,
@@ -199,6 +203,8 @@ func (q *Queries) EnableWebhook(ctx context.Context, id string) (Webhook, error)
 		&i.LeaseOwner,
 		&i.LeaseUntil,
 		&i.CreatedAt,
+		&i.PreviousSecret,
+		&i.PreviousUntil,
 	)
 	return i, err
 }
@@ -209,7 +215,7 @@ UPDATE webhooks SET attempts = attempts + 1,
     next_attempt_at = $1::timestamptz,
     state = CASE WHEN $2::boolean THEN 'failing' ELSE state END
 WHERE id = $3 AND cursor_seq = $4
-RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at
+RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until
 `
 
 type FailWebhookAttemptParams struct {
@@ -243,12 +249,14 @@ func (q *Queries) FailWebhookAttempt(ctx context.Context, arg FailWebhookAttempt
 		&i.LeaseOwner,
 		&i.LeaseUntil,
 		&i.CreatedAt,
+		&i.PreviousSecret,
+		&i.PreviousUntil,
 	)
 	return i, err
 }
 
 const getWebhook = `-- name: GetWebhook :one
-SELECT id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at FROM webhooks WHERE id = $1
+SELECT id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until FROM webhooks WHERE id = $1
 `
 
 func (q *Queries) GetWebhook(ctx context.Context, id string) (Webhook, error) {
@@ -268,6 +276,8 @@ func (q *Queries) GetWebhook(ctx context.Context, id string) (Webhook, error) {
 		&i.LeaseOwner,
 		&i.LeaseUntil,
 		&i.CreatedAt,
+		&i.PreviousSecret,
+		&i.PreviousUntil,
 	)
 	return i, err
 }
@@ -360,7 +370,7 @@ func (q *Queries) ListWebhookDeliveries(ctx context.Context, arg ListWebhookDeli
 }
 
 const listWebhooks = `-- name: ListWebhooks :many
-SELECT id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at FROM webhooks WHERE tenant = $1 ORDER BY created_at, id
+SELECT id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until FROM webhooks WHERE tenant = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListWebhooks(ctx context.Context, tenant string) ([]Webhook, error) {
@@ -386,6 +396,8 @@ func (q *Queries) ListWebhooks(ctx context.Context, tenant string) ([]Webhook, e
 			&i.LeaseOwner,
 			&i.LeaseUntil,
 			&i.CreatedAt,
+			&i.PreviousSecret,
+			&i.PreviousUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -413,4 +425,54 @@ func (q *Queries) ReleaseWebhook(ctx context.Context, arg ReleaseWebhookParams) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const rotateWebhookSecret = `-- name: RotateWebhookSecret :one
+UPDATE webhooks SET secret = $1,
+    previous_secret = CASE WHEN $2::bigint > 0 THEN $3::text ELSE '' END,
+    previous_until = CASE WHEN $2::bigint > 0
+        THEN clock_timestamp() + $2::bigint * interval '1 microsecond' ELSE NULL END
+WHERE id = $4 AND secret = $5
+RETURNING id, tenant, url, events, secret, state, cursor_seq, attempts, failing_since, next_attempt_at, lease_owner, lease_until, created_at, previous_secret, previous_until
+`
+
+type RotateWebhookSecretParams struct {
+	Secret         string
+	KeepUs         int64
+	PreviousSecret string
+	ID             string
+	OldSecret      string
+}
+
+// Compare-and-set on the secret the caller read and sealed again as the
+// previous one: of two rotations at once only one applies, so neither
+// keeps a secret the other replaced. keep_us 0 drops the old secret now;
+// otherwise it signs until the store's now plus keep_us.
+func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecretParams) (Webhook, error) {
+	row := q.db.QueryRow(ctx, rotateWebhookSecret,
+		arg.Secret,
+		arg.KeepUs,
+		arg.PreviousSecret,
+		arg.ID,
+		arg.OldSecret,
+	)
+	var i Webhook
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Url,
+		&i.Events,
+		&i.Secret,
+		&i.State,
+		&i.CursorSeq,
+		&i.Attempts,
+		&i.FailingSince,
+		&i.NextAttemptAt,
+		&i.LeaseOwner,
+		&i.LeaseUntil,
+		&i.CreatedAt,
+		&i.PreviousSecret,
+		&i.PreviousUntil,
+	)
+	return i, err
 }

@@ -351,6 +351,9 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.revokeTokenStmt, err = db.PrepareContext(ctx, revokeToken); err != nil {
 		return nil, fmt.Errorf("error preparing query RevokeToken: %w", err)
 	}
+	if q.rotateWebhookSecretStmt, err = db.PrepareContext(ctx, rotateWebhookSecret); err != nil {
+		return nil, fmt.Errorf("error preparing query RotateWebhookSecret: %w", err)
+	}
 	if q.schemaVersionStmt, err = db.PrepareContext(ctx, schemaVersion); err != nil {
 		return nil, fmt.Errorf("error preparing query SchemaVersion: %w", err)
 	}
@@ -946,6 +949,11 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing revokeTokenStmt: %w", cerr)
 		}
 	}
+	if q.rotateWebhookSecretStmt != nil {
+		if cerr := q.rotateWebhookSecretStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing rotateWebhookSecretStmt: %w", cerr)
+		}
+	}
 	if q.schemaVersionStmt != nil {
 		if cerr := q.schemaVersionStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing schemaVersionStmt: %w", cerr)
@@ -1169,6 +1177,7 @@ type Queries struct {
 	revokeJoinTokenStmt          *sql.Stmt
 	revokeNodeStmt               *sql.Stmt
 	revokeTokenStmt              *sql.Stmt
+	rotateWebhookSecretStmt      *sql.Stmt
 	schemaVersionStmt            *sql.Stmt
 	setNodeConditionsStmt        *sql.Stmt
 	setNodeCordonedStmt          *sql.Stmt
@@ -1299,6 +1308,7 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		revokeJoinTokenStmt:          q.revokeJoinTokenStmt,
 		revokeNodeStmt:               q.revokeNodeStmt,
 		revokeTokenStmt:              q.revokeTokenStmt,
+		rotateWebhookSecretStmt:      q.rotateWebhookSecretStmt,
 		schemaVersionStmt:            q.schemaVersionStmt,
 		setNodeConditionsStmt:        q.setNodeConditionsStmt,
 		setNodeCordonedStmt:          q.setNodeCordonedStmt,

@@ -250,19 +250,21 @@ type UsageWindow struct {
 }
 
 type Webhook struct {
-	ID            string
-	Tenant        string
-	Url           string
-	Events        string
-	Secret        string
-	State         string
-	CursorSeq     int64
-	Attempts      int64
-	FailingSince  sql.NullInt64
-	NextAttemptAt sql.NullInt64
-	LeaseOwner    string
-	LeaseUntil    sql.NullInt64
-	CreatedAt     int64
+	ID             string
+	Tenant         string
+	Url            string
+	Events         string
+	Secret         string
+	State          string
+	CursorSeq      int64
+	Attempts       int64
+	FailingSince   sql.NullInt64
+	NextAttemptAt  sql.NullInt64
+	LeaseOwner     string
+	LeaseUntil     sql.NullInt64
+	CreatedAt      int64
+	PreviousSecret string
+	PreviousUntil  sql.NullInt64
 }
 
 type WebhookDelivery struct {

@@ -49,9 +49,14 @@ type Webhook struct {
 	// When that event is tried next; unset when it may be tried now.
 	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
 	// When the webhook was made.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Until when the secret that RotateWebhookSecret last replaced still
+	// signs deliveries beside the current one; unset when there is none. A
+	// time in the past means it has stopped. The secret itself is never
+	// shown.
+	PreviousSecretExpireTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=previous_secret_expire_time,json=previousSecretExpireTime,proto3" json:"previous_secret_expire_time,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Webhook) Reset() {
@@ -150,6 +155,13 @@ func (x *Webhook) GetNextAttemptTime() *timestamppb.Timestamp {
 func (x *Webhook) GetCreateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Webhook) GetPreviousSecretExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSecretExpireTime
 	}
 	return nil
 }
@@ -890,6 +902,129 @@ func (x *TestWebhookResponse) GetDelivery() *WebhookDelivery {
 	return nil
 }
 
+// RotateWebhookSecretRequest names a webhook and how long its old secret
+// stays valid.
+type RotateWebhookSecretRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant; empty for the caller's own.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The webhook's id.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// How long the old secret keeps signing deliveries beside the new one,
+	// from now: 24h when unset, at most 7 days; 0 drops it at once (for a
+	// secret that leaked). Each delivery meanwhile carries both signatures.
+	KeepPrevious  *durationpb.Duration `protobuf:"bytes,3,opt,name=keep_previous,json=keepPrevious,proto3" json:"keep_previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretRequest) Reset() {
+	*x = RotateWebhookSecretRequest{}
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretRequest) ProtoMessage() {}
+
+func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RotateWebhookSecretRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RotateWebhookSecretRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RotateWebhookSecretRequest) GetKeepPrevious() *durationpb.Duration {
+	if x != nil {
+		return x.KeepPrevious
+	}
+	return nil
+}
+
+// RotateWebhookSecretResponse returns the webhook and its new secret.
+type RotateWebhookSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The webhook, with until when the old secret stays valid.
+	Webhook *Webhook `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// The new signing secret, whsec_...: give it to the receivers. It is
+	// never shown again.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretResponse) Reset() {
+	*x = RotateWebhookSecretResponse{}
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretResponse) ProtoMessage() {}
+
+func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
+	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RotateWebhookSecretResponse) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+func (x *RotateWebhookSecretResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // ListWebhookDeliveriesRequest names a webhook and a page.
 type ListWebhookDeliveriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -907,7 +1042,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[14]
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1054,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[14]
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1067,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{14}
+	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetTenant() string {
@@ -976,7 +1111,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[15]
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1123,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[15]
+	mi := &file_bettercompute_api_v1_webhooks_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1136,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{15}
+	return file_bettercompute_api_v1_webhooks_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -1022,7 +1157,7 @@ var File_bettercompute_api_v1_webhooks_proto protoreflect.FileDescriptor
 
 const file_bettercompute_api_v1_webhooks_proto_rawDesc = "" +
 	"\n" +
-	"#bettercompute/api/v1/webhooks.proto\x12\x14bettercompute.api.v1\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x02\n" +
+	"#bettercompute/api/v1/webhooks.proto\x12\x14bettercompute.api.v1\x1a bettercompute/api/v1/authz.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x03\n" +
 	"\aWebhook\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -1035,7 +1170,8 @@ const file_bettercompute_api_v1_webhooks_proto_rawDesc = "" +
 	"\x11next_attempt_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xdf\x02\n" +
+	"createTime\x12Y\n" +
+	"\x1bprevious_secret_expire_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\xdf\x02\n" +
 	"\x0fWebhookDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
 	"\n" +
@@ -1081,7 +1217,14 @@ const file_bettercompute_api_v1_webhooks_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"X\n" +
 	"\x13TestWebhookResponse\x12A\n" +
-	"\bdelivery\x18\x01 \x01(\v2%.bettercompute.api.v1.WebhookDeliveryR\bdelivery\"\x82\x01\n" +
+	"\bdelivery\x18\x01 \x01(\v2%.bettercompute.api.v1.WebhookDeliveryR\bdelivery\"\x84\x01\n" +
+	"\x1aRotateWebhookSecretRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12>\n" +
+	"\rkeep_previous\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fkeepPrevious\"n\n" +
+	"\x1bRotateWebhookSecretResponse\x127\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1d.bettercompute.api.v1.WebhookR\awebhook\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x82\x01\n" +
 	"\x1cListWebhookDeliveriesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
@@ -1092,7 +1235,7 @@ const file_bettercompute_api_v1_webhooks_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2%.bettercompute.api.v1.WebhookDeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb3\b\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xdc\t\n" +
 	"\x0eWebhookService\x12\x8f\x01\n" +
 	"\rCreateWebhook\x12*.bettercompute.api.v1.CreateWebhookRequest\x1a+.bettercompute.api.v1.CreateWebhookResponse\"%\xa2\xbb\x18!\n" +
 	"\x17compute:webhooks:create\x12\x06Tenant\x12\x8d\x01\n" +
@@ -1106,7 +1249,9 @@ const file_bettercompute_api_v1_webhooks_proto_rawDesc = "" +
 	"\rEnableWebhook\x12*.bettercompute.api.v1.EnableWebhookRequest\x1a+.bettercompute.api.v1.EnableWebhookResponse\"*\xa2\xbb\x18&\n" +
 	"\x17compute:webhooks:enable\x12\aWebhook\x1a\x02id\x12\x8c\x01\n" +
 	"\vTestWebhook\x12(.bettercompute.api.v1.TestWebhookRequest\x1a).bettercompute.api.v1.TestWebhookResponse\"(\xa2\xbb\x18$\n" +
-	"\x15compute:webhooks:test\x12\aWebhook\x1a\x02id\x12\xb3\x01\n" +
+	"\x15compute:webhooks:test\x12\aWebhook\x1a\x02id\x12\xa6\x01\n" +
+	"\x13RotateWebhookSecret\x120.bettercompute.api.v1.RotateWebhookSecretRequest\x1a1.bettercompute.api.v1.RotateWebhookSecretResponse\"*\xa2\xbb\x18&\n" +
+	"\x17compute:webhooks:rotate\x12\aWebhook\x1a\x02id\x12\xb3\x01\n" +
 	"\x15ListWebhookDeliveries\x122.bettercompute.api.v1.ListWebhookDeliveriesRequest\x1a3.bettercompute.api.v1.ListWebhookDeliveriesResponse\"1\xa2\xbb\x18*\n" +
 	"\x1bcompute:webhooks:deliveries\x12\aWebhook\x1a\x02id\x90\x02\x01BIZGgithub.com/better-compute/better-compute/gen/bettercompute/api/v1;apiv1b\x06proto3"
 
@@ -1122,7 +1267,7 @@ func file_bettercompute_api_v1_webhooks_proto_rawDescGZIP() []byte {
 	return file_bettercompute_api_v1_webhooks_proto_rawDescData
 }
 
-var file_bettercompute_api_v1_webhooks_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_bettercompute_api_v1_webhooks_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_bettercompute_api_v1_webhooks_proto_goTypes = []any{
 	(*Webhook)(nil),                       // 0: bettercompute.api.v1.Webhook
 	(*WebhookDelivery)(nil),               // 1: bettercompute.api.v1.WebhookDelivery
@@ -1138,42 +1283,49 @@ var file_bettercompute_api_v1_webhooks_proto_goTypes = []any{
 	(*EnableWebhookResponse)(nil),         // 11: bettercompute.api.v1.EnableWebhookResponse
 	(*TestWebhookRequest)(nil),            // 12: bettercompute.api.v1.TestWebhookRequest
 	(*TestWebhookResponse)(nil),           // 13: bettercompute.api.v1.TestWebhookResponse
-	(*ListWebhookDeliveriesRequest)(nil),  // 14: bettercompute.api.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil), // 15: bettercompute.api.v1.ListWebhookDeliveriesResponse
-	(*timestamppb.Timestamp)(nil),         // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 17: google.protobuf.Duration
+	(*RotateWebhookSecretRequest)(nil),    // 14: bettercompute.api.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),   // 15: bettercompute.api.v1.RotateWebhookSecretResponse
+	(*ListWebhookDeliveriesRequest)(nil),  // 16: bettercompute.api.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 17: bettercompute.api.v1.ListWebhookDeliveriesResponse
+	(*timestamppb.Timestamp)(nil),         // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 19: google.protobuf.Duration
 }
 var file_bettercompute_api_v1_webhooks_proto_depIdxs = []int32{
-	16, // 0: bettercompute.api.v1.Webhook.failing_since:type_name -> google.protobuf.Timestamp
-	16, // 1: bettercompute.api.v1.Webhook.next_attempt_time:type_name -> google.protobuf.Timestamp
-	16, // 2: bettercompute.api.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	17, // 3: bettercompute.api.v1.WebhookDelivery.duration:type_name -> google.protobuf.Duration
-	16, // 4: bettercompute.api.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 5: bettercompute.api.v1.CreateWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
-	0,  // 6: bettercompute.api.v1.ListWebhooksResponse.webhooks:type_name -> bettercompute.api.v1.Webhook
-	0,  // 7: bettercompute.api.v1.GetWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
-	0,  // 8: bettercompute.api.v1.EnableWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
-	1,  // 9: bettercompute.api.v1.TestWebhookResponse.delivery:type_name -> bettercompute.api.v1.WebhookDelivery
-	1,  // 10: bettercompute.api.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> bettercompute.api.v1.WebhookDelivery
-	2,  // 11: bettercompute.api.v1.WebhookService.CreateWebhook:input_type -> bettercompute.api.v1.CreateWebhookRequest
-	4,  // 12: bettercompute.api.v1.WebhookService.ListWebhooks:input_type -> bettercompute.api.v1.ListWebhooksRequest
-	6,  // 13: bettercompute.api.v1.WebhookService.GetWebhook:input_type -> bettercompute.api.v1.GetWebhookRequest
-	8,  // 14: bettercompute.api.v1.WebhookService.DeleteWebhook:input_type -> bettercompute.api.v1.DeleteWebhookRequest
-	10, // 15: bettercompute.api.v1.WebhookService.EnableWebhook:input_type -> bettercompute.api.v1.EnableWebhookRequest
-	12, // 16: bettercompute.api.v1.WebhookService.TestWebhook:input_type -> bettercompute.api.v1.TestWebhookRequest
-	14, // 17: bettercompute.api.v1.WebhookService.ListWebhookDeliveries:input_type -> bettercompute.api.v1.ListWebhookDeliveriesRequest
-	3,  // 18: bettercompute.api.v1.WebhookService.CreateWebhook:output_type -> bettercompute.api.v1.CreateWebhookResponse
-	5,  // 19: bettercompute.api.v1.WebhookService.ListWebhooks:output_type -> bettercompute.api.v1.ListWebhooksResponse
-	7,  // 20: bettercompute.api.v1.WebhookService.GetWebhook:output_type -> bettercompute.api.v1.GetWebhookResponse
-	9,  // 21: bettercompute.api.v1.WebhookService.DeleteWebhook:output_type -> bettercompute.api.v1.DeleteWebhookResponse
-	11, // 22: bettercompute.api.v1.WebhookService.EnableWebhook:output_type -> bettercompute.api.v1.EnableWebhookResponse
-	13, // 23: bettercompute.api.v1.WebhookService.TestWebhook:output_type -> bettercompute.api.v1.TestWebhookResponse
-	15, // 24: bettercompute.api.v1.WebhookService.ListWebhookDeliveries:output_type -> bettercompute.api.v1.ListWebhookDeliveriesResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 0: bettercompute.api.v1.Webhook.failing_since:type_name -> google.protobuf.Timestamp
+	18, // 1: bettercompute.api.v1.Webhook.next_attempt_time:type_name -> google.protobuf.Timestamp
+	18, // 2: bettercompute.api.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	18, // 3: bettercompute.api.v1.Webhook.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
+	19, // 4: bettercompute.api.v1.WebhookDelivery.duration:type_name -> google.protobuf.Duration
+	18, // 5: bettercompute.api.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 6: bettercompute.api.v1.CreateWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
+	0,  // 7: bettercompute.api.v1.ListWebhooksResponse.webhooks:type_name -> bettercompute.api.v1.Webhook
+	0,  // 8: bettercompute.api.v1.GetWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
+	0,  // 9: bettercompute.api.v1.EnableWebhookResponse.webhook:type_name -> bettercompute.api.v1.Webhook
+	1,  // 10: bettercompute.api.v1.TestWebhookResponse.delivery:type_name -> bettercompute.api.v1.WebhookDelivery
+	19, // 11: bettercompute.api.v1.RotateWebhookSecretRequest.keep_previous:type_name -> google.protobuf.Duration
+	0,  // 12: bettercompute.api.v1.RotateWebhookSecretResponse.webhook:type_name -> bettercompute.api.v1.Webhook
+	1,  // 13: bettercompute.api.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> bettercompute.api.v1.WebhookDelivery
+	2,  // 14: bettercompute.api.v1.WebhookService.CreateWebhook:input_type -> bettercompute.api.v1.CreateWebhookRequest
+	4,  // 15: bettercompute.api.v1.WebhookService.ListWebhooks:input_type -> bettercompute.api.v1.ListWebhooksRequest
+	6,  // 16: bettercompute.api.v1.WebhookService.GetWebhook:input_type -> bettercompute.api.v1.GetWebhookRequest
+	8,  // 17: bettercompute.api.v1.WebhookService.DeleteWebhook:input_type -> bettercompute.api.v1.DeleteWebhookRequest
+	10, // 18: bettercompute.api.v1.WebhookService.EnableWebhook:input_type -> bettercompute.api.v1.EnableWebhookRequest
+	12, // 19: bettercompute.api.v1.WebhookService.TestWebhook:input_type -> bettercompute.api.v1.TestWebhookRequest
+	14, // 20: bettercompute.api.v1.WebhookService.RotateWebhookSecret:input_type -> bettercompute.api.v1.RotateWebhookSecretRequest
+	16, // 21: bettercompute.api.v1.WebhookService.ListWebhookDeliveries:input_type -> bettercompute.api.v1.ListWebhookDeliveriesRequest
+	3,  // 22: bettercompute.api.v1.WebhookService.CreateWebhook:output_type -> bettercompute.api.v1.CreateWebhookResponse
+	5,  // 23: bettercompute.api.v1.WebhookService.ListWebhooks:output_type -> bettercompute.api.v1.ListWebhooksResponse
+	7,  // 24: bettercompute.api.v1.WebhookService.GetWebhook:output_type -> bettercompute.api.v1.GetWebhookResponse
+	9,  // 25: bettercompute.api.v1.WebhookService.DeleteWebhook:output_type -> bettercompute.api.v1.DeleteWebhookResponse
+	11, // 26: bettercompute.api.v1.WebhookService.EnableWebhook:output_type -> bettercompute.api.v1.EnableWebhookResponse
+	13, // 27: bettercompute.api.v1.WebhookService.TestWebhook:output_type -> bettercompute.api.v1.TestWebhookResponse
+	15, // 28: bettercompute.api.v1.WebhookService.RotateWebhookSecret:output_type -> bettercompute.api.v1.RotateWebhookSecretResponse
+	17, // 29: bettercompute.api.v1.WebhookService.ListWebhookDeliveries:output_type -> bettercompute.api.v1.ListWebhookDeliveriesResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_bettercompute_api_v1_webhooks_proto_init() }
@@ -1188,7 +1340,7 @@ func file_bettercompute_api_v1_webhooks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bettercompute_api_v1_webhooks_proto_rawDesc), len(file_bettercompute_api_v1_webhooks_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

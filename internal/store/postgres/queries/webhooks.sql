@@ -75,3 +75,15 @@ SELECT * FROM webhook_deliveries
 WHERE webhook_id = sqlc.arg(webhook_id) AND (sqlc.arg(before)::bigint = 0 OR id < sqlc.arg(before)::bigint)
 ORDER BY id DESC
 LIMIT sqlc.arg(lim);
+
+-- name: RotateWebhookSecret :one
+-- Compare-and-set on the secret the caller read and sealed again as the
+-- previous one: of two rotations at once only one applies, so neither
+-- keeps a secret the other replaced. keep_us 0 drops the old secret now;
+-- otherwise it signs until the store's now plus keep_us.
+UPDATE webhooks SET secret = sqlc.arg(secret),
+    previous_secret = CASE WHEN sqlc.arg(keep_us)::bigint > 0 THEN sqlc.arg(previous_secret)::text ELSE '' END,
+    previous_until = CASE WHEN sqlc.arg(keep_us)::bigint > 0
+        THEN clock_timestamp() + sqlc.arg(keep_us)::bigint * interval '1 microsecond' ELSE NULL END
+WHERE id = sqlc.arg(id) AND secret = sqlc.arg(old_secret)
+RETURNING *;

@@ -78,3 +78,16 @@ WHERE webhook_id = sqlc.arg(webhook_id)
   AND (CAST(sqlc.arg(before) AS INTEGER) = 0 OR id < CAST(sqlc.arg(before) AS INTEGER))
 ORDER BY id DESC
 LIMIT sqlc.arg(lim);
+
+-- name: RotateWebhookSecret :one
+-- Compare-and-set on the secret the caller read and sealed again as the
+-- previous one: of two rotations at once only one applies, so neither
+-- keeps a secret the other replaced. keep_us 0 drops the old secret now;
+-- otherwise it signs until the store's now plus keep_us.
+UPDATE webhooks SET secret = sqlc.arg(secret),
+    previous_secret = CASE WHEN CAST(sqlc.arg(keep_us) AS INTEGER) > 0
+        THEN CAST(sqlc.arg(previous_secret) AS TEXT) ELSE '' END,
+    previous_until = CASE WHEN CAST(sqlc.arg(keep_us) AS INTEGER) > 0
+        THEN CAST(unixepoch('subsec') * 1000000 AS INTEGER) + CAST(sqlc.arg(keep_us) AS INTEGER) ELSE NULL END
+WHERE id = sqlc.arg(id) AND secret = sqlc.arg(old_secret)
+RETURNING *;

@@ -51,6 +51,9 @@ const (
 	// WebhookServiceTestWebhookProcedure is the fully-qualified name of the WebhookService's
 	// TestWebhook RPC.
 	WebhookServiceTestWebhookProcedure = "/bettercompute.api.v1.WebhookService/TestWebhook"
+	// WebhookServiceRotateWebhookSecretProcedure is the fully-qualified name of the WebhookService's
+	// RotateWebhookSecret RPC.
+	WebhookServiceRotateWebhookSecretProcedure = "/bettercompute.api.v1.WebhookService/RotateWebhookSecret"
 	// WebhookServiceListWebhookDeliveriesProcedure is the fully-qualified name of the WebhookService's
 	// ListWebhookDeliveries RPC.
 	WebhookServiceListWebhookDeliveriesProcedure = "/bettercompute.api.v1.WebhookService/ListWebhookDeliveries"
@@ -73,6 +76,11 @@ type WebhookServiceClient interface {
 	// TestWebhook sends a webhook.test event now and returns the attempt,
 	// which is logged too. It moves no cursor.
 	TestWebhook(context.Context, *connect.Request[v1.TestWebhookRequest]) (*connect.Response[v1.TestWebhookResponse], error)
+	// RotateWebhookSecret replaces the signing secret with a new one, shown
+	// only in this answer, and keeps the old one signing beside it for
+	// keep_previous, so that receivers can switch without refusing a
+	// delivery. The cursor and the delivery log stay as they are.
+	RotateWebhookSecret(context.Context, *connect.Request[v1.RotateWebhookSecretRequest]) (*connect.Response[v1.RotateWebhookSecretResponse], error)
 	// ListWebhookDeliveries returns a webhook's attempts, newest first.
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 }
@@ -126,6 +134,12 @@ func NewWebhookServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(webhookServiceMethods.ByName("TestWebhook")),
 			connect.WithClientOptions(opts...),
 		),
+		rotateWebhookSecret: connect.NewClient[v1.RotateWebhookSecretRequest, v1.RotateWebhookSecretResponse](
+			httpClient,
+			baseURL+WebhookServiceRotateWebhookSecretProcedure,
+			connect.WithSchema(webhookServiceMethods.ByName("RotateWebhookSecret")),
+			connect.WithClientOptions(opts...),
+		),
 		listWebhookDeliveries: connect.NewClient[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse](
 			httpClient,
 			baseURL+WebhookServiceListWebhookDeliveriesProcedure,
@@ -144,6 +158,7 @@ type webhookServiceClient struct {
 	deleteWebhook         *connect.Client[v1.DeleteWebhookRequest, v1.DeleteWebhookResponse]
 	enableWebhook         *connect.Client[v1.EnableWebhookRequest, v1.EnableWebhookResponse]
 	testWebhook           *connect.Client[v1.TestWebhookRequest, v1.TestWebhookResponse]
+	rotateWebhookSecret   *connect.Client[v1.RotateWebhookSecretRequest, v1.RotateWebhookSecretResponse]
 	listWebhookDeliveries *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
 }
 
@@ -177,6 +192,11 @@ func (c *webhookServiceClient) TestWebhook(ctx context.Context, req *connect.Req
 	return c.testWebhook.CallUnary(ctx, req)
 }
 
+// RotateWebhookSecret calls bettercompute.api.v1.WebhookService.RotateWebhookSecret.
+func (c *webhookServiceClient) RotateWebhookSecret(ctx context.Context, req *connect.Request[v1.RotateWebhookSecretRequest]) (*connect.Response[v1.RotateWebhookSecretResponse], error) {
+	return c.rotateWebhookSecret.CallUnary(ctx, req)
+}
+
 // ListWebhookDeliveries calls bettercompute.api.v1.WebhookService.ListWebhookDeliveries.
 func (c *webhookServiceClient) ListWebhookDeliveries(ctx context.Context, req *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
 	return c.listWebhookDeliveries.CallUnary(ctx, req)
@@ -199,6 +219,11 @@ type WebhookServiceHandler interface {
 	// TestWebhook sends a webhook.test event now and returns the attempt,
 	// which is logged too. It moves no cursor.
 	TestWebhook(context.Context, *connect.Request[v1.TestWebhookRequest]) (*connect.Response[v1.TestWebhookResponse], error)
+	// RotateWebhookSecret replaces the signing secret with a new one, shown
+	// only in this answer, and keeps the old one signing beside it for
+	// keep_previous, so that receivers can switch without refusing a
+	// delivery. The cursor and the delivery log stay as they are.
+	RotateWebhookSecret(context.Context, *connect.Request[v1.RotateWebhookSecretRequest]) (*connect.Response[v1.RotateWebhookSecretResponse], error)
 	// ListWebhookDeliveries returns a webhook's attempts, newest first.
 	ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error)
 }
@@ -248,6 +273,12 @@ func NewWebhookServiceHandler(svc WebhookServiceHandler, opts ...connect.Handler
 		connect.WithSchema(webhookServiceMethods.ByName("TestWebhook")),
 		connect.WithHandlerOptions(opts...),
 	)
+	webhookServiceRotateWebhookSecretHandler := connect.NewUnaryHandler(
+		WebhookServiceRotateWebhookSecretProcedure,
+		svc.RotateWebhookSecret,
+		connect.WithSchema(webhookServiceMethods.ByName("RotateWebhookSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
 	webhookServiceListWebhookDeliveriesHandler := connect.NewUnaryHandler(
 		WebhookServiceListWebhookDeliveriesProcedure,
 		svc.ListWebhookDeliveries,
@@ -269,6 +300,8 @@ func NewWebhookServiceHandler(svc WebhookServiceHandler, opts ...connect.Handler
 			webhookServiceEnableWebhookHandler.ServeHTTP(w, r)
 		case WebhookServiceTestWebhookProcedure:
 			webhookServiceTestWebhookHandler.ServeHTTP(w, r)
+		case WebhookServiceRotateWebhookSecretProcedure:
+			webhookServiceRotateWebhookSecretHandler.ServeHTTP(w, r)
 		case WebhookServiceListWebhookDeliveriesProcedure:
 			webhookServiceListWebhookDeliveriesHandler.ServeHTTP(w, r)
 		default:
@@ -302,6 +335,10 @@ func (UnimplementedWebhookServiceHandler) EnableWebhook(context.Context, *connec
 
 func (UnimplementedWebhookServiceHandler) TestWebhook(context.Context, *connect.Request[v1.TestWebhookRequest]) (*connect.Response[v1.TestWebhookResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.WebhookService.TestWebhook is not implemented"))
+}
+
+func (UnimplementedWebhookServiceHandler) RotateWebhookSecret(context.Context, *connect.Request[v1.RotateWebhookSecretRequest]) (*connect.Response[v1.RotateWebhookSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bettercompute.api.v1.WebhookService.RotateWebhookSecret is not implemented"))
 }
 
 func (UnimplementedWebhookServiceHandler) ListWebhookDeliveries(context.Context, *connect.Request[v1.ListWebhookDeliveriesRequest]) (*connect.Response[v1.ListWebhookDeliveriesResponse], error) {
