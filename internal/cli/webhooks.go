@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
@@ -23,7 +25,9 @@ func newWebhooksCommand(g *globals) *cobra.Command {
 			"in order, signed as the Standard Webhooks specification says with a secret\n" +
 			"shown once, at creation. A receiver that is down is retried with backoff and\n" +
 			"loses nothing; one that stays down a day makes the webhook failing until\n" +
-			"`webhooks enable`. See docs/webhooks.md for the payload and how to verify it.",
+			"`webhooks enable`. `webhooks rotate-secret` replaces the secret, keeping the\n" +
+			"old one valid for a while. See docs/webhooks.md for the payload and how to\n" +
+			"verify it.",
 	}
 	cmd.AddCommand(
 		newWebhooksCreateCommand(g),
@@ -31,6 +35,7 @@ func newWebhooksCommand(g *globals) *cobra.Command {
 		newWebhooksGetCommand(g),
 		newWebhooksDeleteCommand(g),
 		newWebhooksEnableCommand(g),
+		newWebhooksRotateSecretCommand(g),
 		newWebhooksTestCommand(g),
 		newWebhooksDeliveriesCommand(g),
 	)
@@ -167,6 +172,66 @@ func newWebhooksEnableCommand(g *globals) *cobra.Command {
 	})
 }
 
+// maxKeepPrevious is the longest --keep-previous the server takes
+// (RotateWebhookSecretRequest.keep_previous).
+const maxKeepPrevious = 7 * 24 * time.Hour
+
+func newWebhooksRotateSecretCommand(g *globals) *cobra.Command {
+	req := &apiv1.RotateWebhookSecretRequest{}
+	var keep string
+	cmd := &cobra.Command{
+		Use:   "rotate-secret ID [--keep-previous DURATION]",
+		Short: "Replace a webhook's signing secret and print the new one once; the old one stays valid a while",
+		Long: "Replaces the signing secret. Until --keep-previous has passed, every delivery\n" +
+			"carries two signatures, one per secret, so receivers verifying with either\n" +
+			"accept it: roll the new secret out to them meanwhile. --keep-previous 0 drops\n" +
+			"the old secret at once, for one that leaked. The cursor and the delivery log\n" +
+			"stay as they are.",
+		Example: "  better-compute webhooks rotate-secret wh_0123456789abcdef\n" +
+			"  better-compute webhooks rotate-secret wh_0123456789abcdef --keep-previous 3d\n" +
+			"  better-compute webhooks rotate-secret wh_0123456789abcdef --keep-previous 0",
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// Unset, the flag sends nothing and the server's default
+			// applies: the default is kept in one place.
+			if cmd.Flags().Changed("keep-previous") {
+				d, err := parseDuration(keep)
+				if strings.HasPrefix(keep, "-") || d > maxKeepPrevious {
+					return usageErrorf("--keep-previous %s is out of range: give 0 (drop the old secret now) to 7d", keep)
+				}
+				if err != nil {
+					return usageErrorf("--keep-previous %v: use a number of days (3d) or a Go duration (12h, 30m)", err)
+				}
+				req.KeepPrevious = durationpb.New(d)
+			}
+			req.Id = args[0]
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Webhooks.RotateWebhookSecret(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return callError(c, err)
+			}
+			h := res.Msg.GetWebhook()
+			return g.printer(cmd).print(docOf(res.Msg), func(w io.Writer) {
+				webhookTable(h)(w)
+				fmt.Fprintln(w)
+				if until := h.GetPreviousSecretExpireTime(); until != nil {
+					fmt.Fprintf(w, "The old secret keeps signing deliveries until %s: give the receivers the new one before then.\n", formatTime(until, "-"))
+				} else {
+					fmt.Fprintln(w, "The old secret no longer signs deliveries.")
+				}
+				fmt.Fprintln(w, "The new signing secret follows. It is shown only this once: save it now.")
+				fmt.Fprintln(w, res.Msg.GetSecret())
+			})
+		},
+	}
+	addTenantFlag(g, cmd, &req.Tenant)
+	cmd.Flags().StringVar(&keep, "keep-previous", "", "how long the old secret stays valid beside the new one: 0 (drop it now) to 7d (default: the server's, 24h)")
+	return cmd
+}
+
 func newWebhooksTestCommand(g *globals) *cobra.Command {
 	return webhookIDCommand(g, "test", "Send a webhook.test event now and show the receiver's answer", func(cmd *cobra.Command, tenant, id string) error {
 		c, err := g.client()
@@ -245,5 +310,20 @@ func webhookTable(h *apiv1.Webhook) table {
 		fmt.Fprintf(w, "failing since\t%s\n", formatTime(h.GetFailingSince(), "-"))
 		fmt.Fprintf(w, "next attempt\t%s\n", formatTime(h.GetNextAttemptTime(), "-"))
 		fmt.Fprintf(w, "created\t%s\n", formatTime(h.GetCreateTime(), "-"))
+		fmt.Fprintf(w, "previous secret\t%s\n", previousSecretCell(h, time.Now()))
+	}
+}
+
+// previousSecretCell says until when a rotated secret still signs: never
+// the secret, only its expiry, or "-" when there is none.
+func previousSecretCell(h *apiv1.Webhook, now time.Time) string {
+	until := h.GetPreviousSecretExpireTime()
+	switch {
+	case until == nil:
+		return "-"
+	case until.AsTime().After(now):
+		return "valid until " + formatTime(until, "-")
+	default:
+		return "expired " + formatTime(until, "-")
 	}
 }

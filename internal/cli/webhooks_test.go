@@ -4,11 +4,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/internal/store"
@@ -71,6 +74,28 @@ func TestWebhooksCommands(t *testing.T) {
 		t.Errorf("webhooks test printed:\n%s", out)
 	}
 
+	// A rotated secret is shown once; the receiver, switched to it, still
+	// verifies every delivery, and get says until when the old one is valid.
+	admin.fails(t, "--keep-previous -1h is out of range: give 0 (drop the old secret now) to 7d", "webhooks", "rotate-secret", id, "--keep-previous", "-1h")
+	if err := admin.fails(t, "--keep-previous 8d is out of range", "webhooks", "rotate-secret", id, "--keep-previous", "8d"); ExitCode(err) != 2 {
+		t.Errorf("webhooks rotate-secret --keep-previous 8d exits %d, want 2", ExitCode(err))
+	}
+	admin.fails(t, "use a number of days", "webhooks", "rotate-secret", id, "--keep-previous", "soon")
+	admin.fails(t, "not found", "webhooks", "rotate-secret", "wh_0000000000000000")
+	out = admin.table(t, "webhooks", "rotate-secret", id, "--keep-previous", "2h")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	rotated := store.WebhookSecret(lines[len(lines)-1])
+	if !strings.HasPrefix(string(rotated), "whsec_") || rotated == secret || !strings.Contains(out, "shown only this once") ||
+		!strings.Contains(out, "The old secret keeps signing deliveries until") {
+		t.Fatalf("webhooks rotate-secret printed:\n%s", out)
+	}
+	mu.Lock()
+	secret = rotated
+	mu.Unlock()
+	if out := admin.table(t, "webhooks", "get", id); !strings.Contains(out, "valid until") || strings.Contains(out, string(rotated)) {
+		t.Errorf("webhooks get after a rotation:\n%s", out)
+	}
+
 	// A policy change reaches the receiver through the server's worker.
 	admin.do(t, &apiv1.PutPolicyResponse{}, "policies", "put", "hooked", writeFile(t, "p.cedar", "permit(principal, action, resource);"))
 	deadline := time.Now().Add(20 * time.Second)
@@ -98,6 +123,13 @@ func TestWebhooksCommands(t *testing.T) {
 	}
 	admin.fails(t, "--limit", "webhooks", "deliveries", id, "--limit", "5000")
 
+	if out := admin.table(t, "webhooks", "rotate-secret", id, "--keep-previous", "0"); !strings.Contains(out, "The old secret no longer signs") {
+		t.Errorf("webhooks rotate-secret --keep-previous 0 printed:\n%s", out)
+	}
+	if out := admin.table(t, "webhooks", "get", id); !regexp.MustCompile(`(?m)^previous secret\s+-$`).MatchString(out) {
+		t.Errorf("webhooks get after dropping the old secret:\n%s", out)
+	}
+
 	if out := admin.table(t, "webhooks", "enable", id); !strings.Contains(out, "active") {
 		t.Errorf("webhooks enable printed:\n%s", out)
 	}
@@ -105,4 +137,23 @@ func TestWebhooksCommands(t *testing.T) {
 		t.Errorf("webhooks delete printed:\n%s", out)
 	}
 	admin.fails(t, "not found", "webhooks", "get", id)
+}
+
+// TestPreviousSecretCell: get shows until when a rotated secret is valid,
+// or that it expired, never the secret.
+func TestPreviousSecretCell(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		until *timestamppb.Timestamp
+		want  string
+	}{
+		{nil, "-"},
+		{timestamppb.New(now.Add(time.Hour)), "valid until 2025-01-02T16:04:05Z"},
+		{timestamppb.New(now.Add(-time.Hour)), "expired 2025-01-02T14:04:05Z"},
+	} {
+		if got := previousSecretCell(&apiv1.Webhook{PreviousSecretExpireTime: tc.until}, now); got != tc.want {
+			t.Errorf("previousSecretCell(%v) = %q, want %q", tc.until, got, tc.want)
+		}
+	}
 }
