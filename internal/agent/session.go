@@ -279,7 +279,14 @@ func (s *session) handle(f *agentv1.Frame) error {
 		n.conv.offer(k.NodeSpec)
 	case *agentv1.Frame_Close:
 		return &closeError{k.Close.GetReason(), k.Close.GetMessage()}
+	case nil:
+		// A kind this build does not know (a newer gateway's addition)
+		// decodes to no kind: additive protocol changes must be safe to
+		// ignore, as the gateway ignores a newer node's.
+		n.log.Debug("ignored a frame of a kind this bcd does not know")
 	default:
+		// A kind this build knows but the gateway never sends (Hello,
+		// StatusReport...): the gateway is broken.
 		msg := fmt.Sprintf("unexpected frame %T from the gateway", f.GetKind())
 		s.closeWith(agentv1.CloseReason_CLOSE_REASON_PROTOCOL_ERROR, msg)
 		return errors.New(msg)

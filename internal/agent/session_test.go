@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -229,6 +230,36 @@ func TestSupersededReconnects(t *testing.T) {
 	s1.ended(t)
 	if s2 := gw.session(t); s2.epoch <= s1.epoch {
 		t.Errorf("epoch %d after %d", s2.epoch, s1.epoch)
+	}
+}
+
+// A frame of a kind this bcd does not know (a newer gateway's addition)
+// decodes to no kind; it is ignored, and the session stays up and working.
+func TestUnknownFrameKindIgnored(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	startNode(t, joinedDir(t, gw), nil)
+	s := gw.session(t)
+	s.next(t, isReport)
+	// A message-typed member of the kind oneof under a number this build
+	// lacks, as a newer gateway would send it.
+	future := &agentv1.Frame{}
+	raw := protowire.AppendTag(nil, 1000, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 7))
+	future.ProtoReflect().SetUnknown(raw)
+	for _, f := range []*agentv1.Frame{{}, future} {
+		if err := s.send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.send(command("c1", kindInventoryRefresh, nil))
+	if r := s.next(t, isResult).GetCommandResult(); r.GetId() != "c1" || r.GetSessionEpoch() != s.epoch {
+		t.Errorf("result = %v, want c1's on epoch %d", r, s.epoch)
+	}
+	select {
+	case s2 := <-gw.sessions:
+		t.Errorf("the node opened session %d: it ended %d over an unknown frame", s2.epoch, s.epoch)
+	default:
 	}
 }
 
