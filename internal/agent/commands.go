@@ -125,10 +125,16 @@ func (n *Node) run(ctx context.Context, cmd *agentv1.Command) (*agentv1.CommandR
 	return res, after
 }
 
-// boundOutput keeps the last maxOutput bytes (the end of a log or a
-// command's output is what explains it), cut at a line start when one is
-// near, and says how much was dropped.
+// boundOutput makes a command's output or error text fit to journal, send
+// and store, whatever bytes the command printed: invalid UTF-8 (a protobuf
+// string must be UTF-8, or the journal cannot record the result and it is
+// reported UNKNOWN) and NUL (PostgreSQL text refuses it) become U+FFFD,
+// replaced rather than dropped so that a reader sees something stood there.
+// It then keeps the last maxOutput bytes (the end of a log or a command's
+// output is what explains it), cut at a line start when one is near, and
+// says how much was dropped.
 func boundOutput(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if len(s) <= maxOutput {
 		return s
 	}
@@ -137,6 +143,8 @@ func boundOutput(s string) string {
 	if i := strings.IndexByte(keep, '\n'); i >= 0 && i < 1024 {
 		keep = keep[i+1:]
 	}
+	// The cut may split a character: drop its tail rather than grow the
+	// text past the bound with a U+FFFD.
 	return note + strings.ToValidUTF8(keep, "")
 }
 

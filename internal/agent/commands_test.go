@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
 	"github.com/better-compute/better-compute/internal/agent/inventory"
@@ -86,6 +88,34 @@ func TestBoundOutput(t *testing.T) {
 	}
 	if !strings.HasSuffix(got, "the end\n") || !strings.HasPrefix(got, "[") || !strings.Contains(got, "bytes before this were dropped]\nxxx") {
 		t.Errorf("bounded output: head %q, tail %q", got[:80], got[len(got)-20:])
+	}
+	if got := boundOutput("a\xffb\x00c"); got != "a\uFFFDb\uFFFDc" {
+		t.Errorf("short output with invalid UTF-8 and NUL: %q", got)
+	}
+	// Each invalid byte grows to three: the bound still holds.
+	got = boundOutput(strings.Repeat("\xff", maxOutput))
+	if len(got) > maxOutput || !utf8.ValidString(got) {
+		t.Errorf("invalid output bounded to %d bytes (want at most %d), valid UTF-8: %v", len(got), maxOutput, utf8.ValidString(got))
+	}
+}
+
+// A command's output is journaled and sent whatever bytes it printed:
+// invalid UTF-8 (which protobuf refuses) and NUL (which PostgreSQL
+// refuses) become U+FFFD.
+func TestCommandOutputBytes(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	n := newTestNodeOn(joinedDir(t, gw), onFixtureHost(filepath.Join(t.TempDir(), "no-nvidia-smi")))
+	n.rebootCmd = []string{"sh", "-c", `printf 'bad \377 nul \000 end'`} // a real host's reboot, confirmed
+	runNode(t, n)
+	s := gw.session(t)
+	_ = s.send(command("c1", kindNodeReboot, map[string]string{"confirm": "yes"}))
+	r := s.next(t, isResult).GetCommandResult()
+	if want := "reboot requested from systemd\nbad \uFFFD nul \uFFFD end"; r.GetStatus() != agentv1.CommandStatus_COMMAND_STATUS_SUCCEEDED || r.GetOutput() != want {
+		t.Errorf("result = %v, want output %q", r, want)
+	}
+	if e, ok, err := n.journal.lookup("c1"); err != nil || !ok || e.state != stateFinished {
+		t.Errorf("journal: %v, %v, %v; want c1 finished", e, ok, err)
 	}
 }
 

@@ -30,6 +30,12 @@ type runningNode struct {
 // startNode runs an agent on dir (already joined) with fake hardware.
 func startNode(t *testing.T, dir string, edit func(*Config)) *runningNode {
 	t.Helper()
+	return runNode(t, newTestNodeOn(dir, edit))
+}
+
+// newTestNodeOn is the agent startNode runs, for a test that sets more
+// than its Config before it runs.
+func newTestNodeOn(dir string, edit func(*Config)) *Node {
 	cfg := Config{DataDir: dir, FakeHW: inventory.GenerateFakeHW("test", 0, 2, "")}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -37,7 +43,21 @@ func startNode(t *testing.T, dir string, edit func(*Config)) *runningNode {
 	if edit != nil {
 		edit(&cfg)
 	}
-	n := NewNode(cfg)
+	return NewNode(cfg)
+}
+
+// onFixtureHost makes an agent read its inventory as on a real host: the
+// inventory tests' host tree, and nvidia-smi at smi (none when smi names
+// no file).
+func onFixtureHost(smi string) func(*Config) {
+	return func(c *Config) {
+		c.FakeHW, c.InventoryRoot, c.NvidiaSMI = nil, "inventory/testdata/hosts/two-socket", smi
+	}
+}
+
+// runNode runs n in the background until the test ends.
+func runNode(t *testing.T, n *Node) *runningNode {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningNode{Node: n, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- n.Run(ctx) }()
