@@ -173,16 +173,18 @@ func (c *converger) gpus() (map[string]*agentv1.GPU, error) {
 	return out, nil
 }
 
-// report signs a claim per allocation for the live session and sends sa
-// with them. Without a session it sends nothing: the next session's start
-// reports the held spec.
+// report signs a claim per allocation for the live session, with the key
+// of the certificate that session was opened with (the gateway verifies
+// claims against it, and a renewal does not reconnect), and sends sa with
+// them. Without a session it sends nothing: the next session's start
+// reports the held spec, signed with that session's key.
 func (c *converger) report(sa *agentv1.SpecApplied, allocs []devices.Allocation) {
 	n := c.n
 	s := n.current()
 	if s == nil {
 		return
 	}
-	id := n.id.Load()
+	id := s.id
 	key, ok := id.cert.PrivateKey.(crypto.Signer)
 	if !ok {
 		n.log.Error("devices: the node key cannot sign allocation claims")

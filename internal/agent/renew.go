@@ -87,7 +87,9 @@ func (n *Node) renewNow() {
 
 // renew asks the gateway for a certificate for a new key, proving
 // possession of the current key by signing SHA-256 of the new CSR with it,
-// saves the pair and makes it the one the next connection presents.
+// saves the pair and makes it the one the next connection presents. The
+// live session is not reconnected: it keeps the identity it was dialed
+// with, whose key signs the allocation claims sent on it.
 func (n *Node) renew(ctx context.Context) (*identity, error) {
 	cur := n.id.Load()
 	curKey, ok := cur.cert.PrivateKey.(*ecdsa.PrivateKey)

@@ -52,6 +52,7 @@ func (e *closeError) Error() string {
 type session struct {
 	n        *Node
 	conn     *tls.Conn
+	id       *identity // the one dialed with, whose key signs claims sent on it
 	epoch    int64
 	interval time.Duration
 	ctx      context.Context // ends with the session
@@ -74,8 +75,12 @@ func (n *Node) runSession(ctx context.Context, addr string) (lasted time.Duratio
 	n.state, n.gateway = "connecting", addr
 	n.mu.Unlock()
 
+	// A renewal may swap the node's identity while the session lives; the
+	// gateway verifies allocation claims against the certificate the
+	// session was opened with, so the session keeps this one.
+	id := n.id.Load()
 	var conn *tls.Conn
-	wire.OffStack(func() { conn, err = n.dial(ctx, addr) })
+	wire.OffStack(func() { conn, err = n.dial(ctx, addr, id) })
 	if err != nil {
 		return 0, err
 	}
@@ -113,17 +118,16 @@ func (n *Node) runSession(ctx context.Context, addr string) (lasted time.Duratio
 		_ = wire.WriteFrame(conn, closeFrame(agentv1.CloseReason_CLOSE_REASON_UNSUPPORTED_VERSION, msg))
 		return 0, errors.New(msg)
 	}
-	s := n.welcome(ctx, conn, w)
+	s := n.welcome(ctx, conn, w, id)
 	started := time.Now()
 	err = s.serve()
 	s.end()
 	return max(time.Since(started), time.Nanosecond), err
 }
 
-// dial opens the TLS connection, with the node's certificate, trusting only
+// dial opens the TLS connection, with id's certificate, trusting only
 // ca.pem, and checks that the gateway chose the session protocol.
-func (n *Node) dial(ctx context.Context, addr string) (*tls.Conn, error) {
-	id := n.id.Load()
+func (n *Node) dial(ctx context.Context, addr string, id *identity) (*tls.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway address %q: %w", addr, err)
@@ -178,14 +182,14 @@ func (n *Node) hello() (*agentv1.Frame, error) {
 	return &agentv1.Frame{Kind: &agentv1.Frame_Hello{Hello: h}}, nil
 }
 
-// welcome records an accepted session and makes it current.
-func (n *Node) welcome(ctx context.Context, conn *tls.Conn, w *agentv1.Welcome) *session {
+// welcome records an accepted session, dialed with id, and makes it current.
+func (n *Node) welcome(ctx context.Context, conn *tls.Conn, w *agentv1.Welcome, id *identity) *session {
 	interval := w.GetHeartbeatInterval().AsDuration()
 	if interval == 0 {
 		interval = defaultHeartbeat
 	}
 	interval = min(max(interval, minHeartbeat), maxHeartbeat)
-	s := &session{n: n, conn: conn, epoch: w.GetSessionEpoch(), interval: interval, hashes: map[string][]byte{}}
+	s := &session{n: n, conn: conn, id: id, epoch: w.GetSessionEpoch(), interval: interval, hashes: map[string][]byte{}}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	// The gateway holds fresh_journal from this Hello on; later Hellos of
 	// this process describe a journal that has been kept since.

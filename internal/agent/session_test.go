@@ -316,29 +316,6 @@ func TestDevicesConverger(t *testing.T) {
 	s := gw.session(t)
 	gpu0, gpu1 := inventory.FakeGPUUUID("test", 0, 0), inventory.FakeGPUUUID("test", 0, 1)
 	const rid = "r-aaaaaaaaaaaaaaaaaaaaaaaaaa"
-	applied := func(s *gwSession) *agentv1.SpecApplied {
-		return s.next(t, func(f *agentv1.Frame) bool { return f.GetSpecApplied() != nil }).GetSpecApplied()
-	}
-	checkClaims := func(s *gwSession, sa *agentv1.SpecApplied, want ...string) {
-		t.Helper()
-		pub := s.conn.ConnectionState().PeerCertificates[0].PublicKey
-		if len(sa.GetBound()) != 1 {
-			t.Fatalf("SpecApplied bound %d allocations, want 1: %v", len(sa.GetBound()), sa)
-		}
-		b := sa.GetBound()[0]
-		if err := pki.VerifyAllocationClaim(pub, b.GetClaim(), b.GetSignature()); err != nil {
-			t.Errorf("the claim does not verify: %v", err)
-		}
-		var c agentv1.AllocationClaim
-		if err := proto.Unmarshal(b.GetClaim(), &c); err != nil {
-			t.Fatal(err)
-		}
-		if c.GetNodeId() != "n-test1" || c.GetSessionEpoch() != s.epoch || c.GetReservationId() != rid ||
-			!slices.Equal(c.GetGpuUuids(), want) || c.GetCdiDevice() != "bettercompute.dev/gpu="+rid {
-			t.Errorf("claim = %v; want node n-test1, epoch %d, %s with %v", &c, s.epoch, rid, want)
-		}
-	}
-
 	// Two specs in a row: the converger may apply only the newer.
 	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 4}}})
 	_ = s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 5, Allocations: []*agentv1.Allocation{
@@ -346,11 +323,11 @@ func TestDevicesConverger(t *testing.T) {
 	}}}})
 	var sa *agentv1.SpecApplied
 	for sa == nil || sa.GetGeneration() != 5 {
-		sa = applied(s)
+		sa = specApplied(t, s)
 	}
 	want := []string{gpu0, gpu1}
 	slices.Sort(want)
-	checkClaims(s, sa, want...)
+	checkClaim(t, s, sa, rid, want...)
 	spec, err := os.ReadFile(filepath.Join(cdi, "bettercompute-"+rid+".json"))
 	if err != nil {
 		t.Fatalf("no CDI spec: %v", err)
@@ -371,26 +348,55 @@ func TestDevicesConverger(t *testing.T) {
 	if s2.hello.GetSpecGeneration() != 5 {
 		t.Errorf("hello spec generation %d, want 5", s2.hello.GetSpecGeneration())
 	}
-	checkClaims(s2, applied(s2), want...)
+	checkClaim(t, s2, specApplied(t, s2), rid, want...)
 
 	// A GPU the node does not have: not bound, and said so.
 	_ = s2.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 6, Allocations: []*agentv1.Allocation{
 		{ReservationId: rid, GpuUuids: []string{gpu0, gpu1}},
 		{ReservationId: "r-bbbbbbbbbbbbbbbbbbbbbbbbbb", GpuUuids: []string{"GPU-not-here"}},
 	}}}})
-	sa = applied(s2)
+	sa = specApplied(t, s2)
 	if sa.GetGeneration() != 6 || !strings.Contains(sa.GetError(), "GPU-not-here are not on this node") || len(sa.GetBound()) != 1 {
 		t.Errorf("SpecApplied = %v; want generation 6, one bound, and the missing GPU named", sa)
 	}
 
 	// Released: the spec and env file go, and the node says so.
 	_ = s2.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 7}}})
-	sa = applied(s2)
+	sa = specApplied(t, s2)
 	if sa.GetGeneration() != 7 || !slices.Equal(sa.GetRemoved(), []string{rid}) || len(sa.GetBound()) != 0 {
 		t.Errorf("SpecApplied = %v; want generation 7 with %s removed", sa, rid)
 	}
 	if left, _ := filepath.Glob(filepath.Join(cdi, "bettercompute-*")); len(left) != 0 {
 		t.Errorf("files left after the release: %v", left)
+	}
+}
+
+// specApplied waits for the next SpecApplied on s.
+func specApplied(t *testing.T, s *gwSession) *agentv1.SpecApplied {
+	t.Helper()
+	return s.next(t, func(f *agentv1.Frame) bool { return f.GetSpecApplied() != nil }).GetSpecApplied()
+}
+
+// checkClaim checks that sa binds one allocation, reservation rid on the
+// GPUs want, with a claim for session s signed with the key of the
+// certificate s was opened with, as the gateway verifies it.
+func checkClaim(t *testing.T, s *gwSession, sa *agentv1.SpecApplied, rid string, want ...string) {
+	t.Helper()
+	pub := s.conn.ConnectionState().PeerCertificates[0].PublicKey
+	if len(sa.GetBound()) != 1 {
+		t.Fatalf("SpecApplied bound %d allocations, want 1: %v", len(sa.GetBound()), sa)
+	}
+	b := sa.GetBound()[0]
+	if err := pki.VerifyAllocationClaim(pub, b.GetClaim(), b.GetSignature()); err != nil {
+		t.Errorf("the claim does not verify with the session's certificate: %v", err)
+	}
+	var c agentv1.AllocationClaim
+	if err := proto.Unmarshal(b.GetClaim(), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.GetNodeId() != "n-test1" || c.GetSessionEpoch() != s.epoch || c.GetReservationId() != rid ||
+		!slices.Equal(c.GetGpuUuids(), want) || c.GetCdiDevice() != "bettercompute.dev/gpu="+rid {
+		t.Errorf("claim = %v; want node n-test1, epoch %d, %s with %v", &c, s.epoch, rid, want)
 	}
 }
 
@@ -419,14 +425,16 @@ func TestFakeReboot(t *testing.T) {
 
 // At 60% of its lifetime the node renews its certificate, proving
 // possession of the current key, and the next connection presents the new
-// one.
+// one. The live session keeps the old one: allocation claims sent on it
+// are signed with the old key, which the gateway verifies them against,
+// and those re-sent on the next session with the new key.
 func TestRenewal(t *testing.T) {
 	t.Parallel()
 	gw := newFakeGateway(t, newTestPKI(t))
 	gw.ttl = 3 * time.Second
 	dir := joinedDir(t, gw)
 	before, _ := os.ReadFile(filepath.Join(dir, certFile))
-	n := startNode(t, dir, nil)
+	n := startNode(t, dir, func(c *Config) { c.CDIDir = filepath.Join(t.TempDir(), "cdi") })
 	s1 := gw.session(t)
 	waitFor(t, "a renewal", func() bool {
 		gw.mu.Lock()
@@ -435,13 +443,20 @@ func TestRenewal(t *testing.T) {
 	})
 	waitFor(t, "the new certificate in use", func() bool {
 		after, _ := os.ReadFile(filepath.Join(dir, certFile))
-		return string(after) != string(before)
+		return string(after) != string(before) && n.id.Load().cert.Leaf.SerialNumber.String() != s1.serial
 	})
+	const rid = "r-aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	gpu := inventory.FakeGPUUUID("test", 0, 0)
+	_ = s1.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: &agentv1.NodeSpec{Generation: 1, Allocations: []*agentv1.Allocation{
+		{ReservationId: rid, GpuUuids: []string{gpu}},
+	}}}})
+	checkClaim(t, s1, specApplied(t, s1), rid, gpu)
 	s1.conn.Close()
 	s2 := gw.session(t)
 	if s2.serial == s1.serial {
 		t.Error("the next session presented the old certificate")
 	}
+	checkClaim(t, s2, specApplied(t, s2), rid, gpu)
 	if _, err := loadIdentity(dir, nil); err != nil {
 		t.Errorf("the saved identity: %v", err)
 	}
