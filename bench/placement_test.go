@@ -177,7 +177,7 @@ func seedPlacementPool(b *testing.B, engine store.Engine, f placementFleet) (*st
 						ModelName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30,
 					}
 				}
-				if err := q.SyncNodeDevices(ctx, id, devices); err != nil {
+				if _, err := q.SyncNodeDevices(ctx, id, devices); err != nil {
 					return err
 				}
 			}

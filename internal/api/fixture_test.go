@@ -183,7 +183,7 @@ func (f *fixture) gpuNode(id, tenant, pool string, gpus int) {
 		for i := range gpus {
 			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%s-%d", id, i), NodeID: id, Index: i, ModelKey: "h100-sxm", ModelName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30})
 		}
-		err = st.SyncNodeDevices(ctx, id, devs)
+		_, err = st.SyncNodeDevices(ctx, id, devs)
 	}
 	if err != nil {
 		f.t.Fatal(err)

@@ -83,7 +83,7 @@ func seedNode(t *testing.T, engine store.Engine) *store.Store {
 		for i := range 4 {
 			devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%d", i), NodeID: "n1", Index: i, ModelKey: "h100-sxm"})
 		}
-		err = st.SyncNodeDevices(ctx, "n1", devs)
+		_, err = st.SyncNodeDevices(ctx, "n1", devs)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -131,9 +131,11 @@ func (s *session) verifyClaim(b *agentv1.AllocationBound) (*agentv1.AllocationCl
 }
 
 // checkClaim compares a verified claim with the allocation the store booked
-// on the node.
+// on the node. The GPUs compare as sets: the node sorts its UUIDs byte by
+// byte, the store in its collation, which on PostgreSQL may order "GPU-a"
+// and "GPU-B" the other way.
 func checkClaim(claim *agentv1.AllocationClaim, a store.NodeAllocation) error {
-	if !slices.Equal(claim.GetGpuUuids(), a.DeviceUUIDs) {
+	if !slices.Equal(slices.Sorted(slices.Values(claim.GetGpuUuids())), slices.Sorted(slices.Values(a.DeviceUUIDs))) {
 		return fmt.Errorf("the claim lists GPUs %s; the reservation holds %s on this node",
 			strings.Join(claim.GetGpuUuids(), ","), strings.Join(a.DeviceUUIDs, ","))
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/agent/devices"
 	"github.com/better-compute/better-compute/internal/pki"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/store/storetest"
@@ -35,7 +36,7 @@ func (b *gwBundle) seedGPUs(t *testing.T, nodeID string, n int) {
 	for i := range n {
 		devs = append(devs, store.Device{UUID: fmt.Sprintf("GPU-%s-%d", nodeID, i), NodeID: nodeID, Index: i, ModelKey: "h100-sxm", ModelName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30})
 	}
-	if err := b.st.SyncNodeDevices(ctx, nodeID, devs); err != nil {
+	if _, err := b.st.SyncNodeDevices(ctx, nodeID, devs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,4 +189,19 @@ func TestBinding(t *testing.T) {
 		f.send(&agentv1.Frame{Kind: &agentv1.Frame_SpecApplied{SpecApplied: &agentv1.SpecApplied{Bound: []*agentv1.AllocationBound{claim(t, key, good)}}}})
 		eventually(t, 5*time.Second, "the stale claim", func() bool { return b.metric(t, "bettercompute_gateway_allocation_claims_total", claimStale) == 1 })
 	})
+}
+
+// TestCheckClaimOrder: a claim's GPUs match the booking whatever order
+// either side sorted them in (the node byte by byte, PostgreSQL by its
+// collation), and a different set still does not.
+func TestCheckClaimOrder(t *testing.T) {
+	a := store.NodeAllocation{ReservationID: "r-1", DeviceUUIDs: []string{"GPU-a1", "GPU-B2"}}
+	claim := &agentv1.AllocationClaim{GpuUuids: []string{"GPU-B2", "GPU-a1"}, CdiDevice: devices.DeviceName("r-1")}
+	if err := checkClaim(claim, a); err != nil {
+		t.Errorf("the same GPUs in another order: %v", err)
+	}
+	claim.GpuUuids = []string{"GPU-B2", "GPU-a3"}
+	if err := checkClaim(claim, a); err == nil {
+		t.Error("a claim of other GPUs passed")
+	}
 }

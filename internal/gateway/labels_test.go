@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"maps"
+	"slices"
 	"testing"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
@@ -29,5 +30,29 @@ func TestInventoryLabels(t *testing.T) {
 	// The same again: unchanged.
 	if _, changed := withInventoryLabels(got, map[string]*agentv1.Inventory{"gpus": {}}); changed {
 		t.Error("the same report changed the labels")
+	}
+}
+
+// TestGPUDevices: only GPUs the node can bind become bookable. A GPU
+// without a device path (nvidia-smi's minor number N/A) or with a UUID a
+// CDI spec cannot carry would fail every spec its node applies once booked.
+func TestGPUDevices(t *testing.T) {
+	inv := &agentv1.Inventory{Gpus: &agentv1.GPUs{Devices: []*agentv1.GPU{
+		{Uuid: "GPU-0a", Index: 0, Name: "NVIDIA H100 80GB HBM3", DevicePath: "/dev/nvidia0"},
+		{Uuid: "", Index: 1, Name: "NVIDIA H100 80GB HBM3", DevicePath: "/dev/nvidia1"},
+		{Uuid: "GPU-2c", Index: 2, Name: "NVIDIA H100 80GB HBM3"},
+		{Uuid: "GPU-3d,GPU-0a", Index: 3, Name: "NVIDIA H100 80GB HBM3", DevicePath: "/dev/nvidia3"},
+		{Uuid: "GPU-4e", Index: 4, Name: "NVIDIA L4", DevicePath: "/dev/nvidia4"},
+	}}}
+	got := gpuDevices("n1", inv)
+	var uuids []string
+	for _, d := range got {
+		uuids = append(uuids, d.UUID)
+	}
+	if want := []string{"GPU-0a", "GPU-4e"}; !slices.Equal(uuids, want) {
+		t.Fatalf("bookable GPUs = %v, want %v", uuids, want)
+	}
+	if got[1].NodeID != "n1" || got[1].Index != 4 || got[1].ModelKey != "l4" {
+		t.Errorf("device = %+v, want n1's index 4, model l4", got[1])
 	}
 }

@@ -147,8 +147,8 @@ func TestStatusReport(t *testing.T) {
 
 		host := section("host", &agentv1.Inventory{Host: &agentv1.Host{Hostname: "gpu-01", Kernel: "6.8"}})
 		gpus := section("gpus", &agentv1.Inventory{Gpus: &agentv1.GPUs{DriverVersion: "550.54", Devices: []*agentv1.GPU{
-			{Index: 0, Uuid: "GPU-00000000-0000-0000-0000-000000000001", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
-			{Index: 1, Uuid: "GPU-00000000-0000-0000-0000-000000000002", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
+			{Index: 0, Uuid: "GPU-00000000-0000-0000-0000-000000000001", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, DevicePath: "/dev/nvidia0"},
+			{Index: 1, Uuid: "GPU-00000000-0000-0000-0000-000000000002", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, DevicePath: "/dev/nvidia1"},
 			{Index: 2, Name: "NVIDIA H100 80GB HBM3"}, // no UUID: not bookable
 		}}})
 		since := timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -175,7 +175,7 @@ func TestStatusReport(t *testing.T) {
 		if !bytes.Equal(got["host"].Content, host.Content) || !bytes.Equal(got["gpus"].Hash, gpus.Hash) {
 			t.Fatalf("stored %+v", got)
 		}
-		// Every reported GPU with a UUID became a bookable device of its model.
+		// Every reported GPU the node can bind became a bookable device of its model.
 		devs, err := b.st.ListNodeDevices(ctx, n.id)
 		if err != nil || len(devs) != 2 || devs[0].ModelKey != "h100-sxm" || devs[1].UUID != "GPU-00000000-0000-0000-0000-000000000002" {
 			t.Fatalf("devices after the report: %+v, %v", devs, err)
@@ -210,6 +210,21 @@ func TestStatusReport(t *testing.T) {
 		if string(b.node(t, n.id).Conditions) != "[]" {
 			t.Fatalf("conditions after a report without any: %q", b.node(t, n.id).Conditions)
 		}
+
+		// The last NIC gone: empty content with the hash of no bytes is a
+		// section that is empty now, not one that is unchanged.
+		nics := section("nics", &agentv1.Inventory{Nics: []*agentv1.NIC{{Name: "eth0"}}})
+		f.send(&agentv1.Frame{Kind: &agentv1.Frame_StatusReport{StatusReport: &agentv1.StatusReport{Sections: []*agentv1.InventorySection{nics}}}})
+		eventually(t, readTimeout, "nics stored", func() bool { return len(sections()["nics"].Content) > 0 })
+		noNICs := section("nics", &agentv1.Inventory{})
+		if len(noNICs.Content) != 0 {
+			t.Fatalf("an inventory without NICs encodes as %x, want no bytes", noNICs.Content)
+		}
+		f.send(&agentv1.Frame{Kind: &agentv1.Frame_StatusReport{StatusReport: &agentv1.StatusReport{Sections: []*agentv1.InventorySection{noNICs}}}})
+		eventually(t, readTimeout, "nics stored empty", func() bool {
+			sec, ok := sections()["nics"]
+			return ok && len(sec.Content) == 0 && bytes.Equal(sec.Hash, noNICs.Hash)
+		})
 
 		// A hash that is not the content's: protocol error, nothing stored.
 		bad := section("disks", &agentv1.Inventory{Disks: []*agentv1.Disk{{Name: "nvme0n1"}}})

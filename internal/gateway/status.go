@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
+	"github.com/better-compute/better-compute/internal/agent/devices"
 	"github.com/better-compute/better-compute/internal/capacity/catalog"
 	"github.com/better-compute/better-compute/internal/store"
 )
@@ -19,18 +20,21 @@ const maxSectionName = 32
 
 // storeStatus stores a StatusReport in one transaction: every section
 // that carries content (after checking its hash; a section without content
-// is unchanged and left as stored), and the conditions, which are complete
-// in every report. Nothing is stored when any section is malformed.
+// is unchanged and left as stored, unless its hash is that of no bytes:
+// then it is empty now), and the conditions, which are complete in every
+// report. Nothing is stored when any section is malformed.
 func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.StatusReport) error {
 	var sections []store.InventorySection
 	for _, sec := range r.GetSections() {
 		if !validSectionName(sec.GetName()) {
 			return errProtocol("inventory section name %q: want 1 to %d of a-z, 0-9, '-', '_', '.'", sec.GetName(), maxSectionName)
 		}
-		if len(sec.GetContent()) == 0 {
-			continue
-		}
 		sum := sha256.Sum256(sec.GetContent())
+		if len(sec.GetContent()) == 0 && !bytes.Equal(sec.GetHash(), sum[:]) {
+			continue // unchanged: the node sends only the hash of what it sent before
+		}
+		// Empty content with the hash of no bytes is a section that is
+		// now empty (the last disk gone): stored, not taken as unchanged.
 		if !bytes.Equal(sum[:], sec.GetHash()) {
 			return errProtocol("inventory section %q: the hash is not the SHA-256 of the content", sec.GetName())
 		}
@@ -53,6 +57,7 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	}
 	gpus, syncDevices := decoded["gpus"]
 	devices := gpuDevices(s.nodeID, gpus)
+	var taken []string
 	// Bulk: after a restart every node reports at once, and an API call
 	// must not wait behind all of them for SQLite's write lock.
 	err = g.st.InSharedTx(store.Bulk(ctx), func(ctx context.Context, q store.Querier) error {
@@ -64,7 +69,8 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 		if syncDevices {
 			// Every GPU the node reports is a bookable device, keyed by its
 			// UUID, in the same transaction as the inventory that shows it.
-			if err := q.SyncNodeDevices(ctx, s.nodeID, devices); err != nil {
+			var err error
+			if taken, err = q.SyncNodeDevices(ctx, s.nodeID, devices); err != nil {
 				return err
 			}
 		}
@@ -83,6 +89,13 @@ func (g *Gateway) storeStatus(ctx context.Context, s *session, r *agentv1.Status
 	})
 	if err != nil {
 		return fmt.Errorf("store status report: %w", err)
+	}
+	if len(taken) > 0 {
+		// Two nodes with one GPU: cloned fake hardware, a moved card whose
+		// old node was not revoked, or a node lying. Either way the GPU
+		// stays with the node that had it; an operator must look.
+		g.log.Warn("gateway: a node reports GPUs another node holds; they are not bookable on it until that node is revoked",
+			"node", s.nodeID, "gpus", taken)
 	}
 	return nil
 }
@@ -122,12 +135,14 @@ func validSectionName(name string) bool {
 }
 
 // gpuDevices turns a "gpus" inventory section into the node's bookable
-// devices, naming each GPU's model by the catalog. A GPU without a UUID
-// cannot be booked (the UUID is the key) and is left out.
+// devices, naming each GPU's model by the catalog. A GPU the node could not
+// bind (devices.CheckGPU: no UUID, which is the key, or no device path,
+// when nvidia-smi reports no minor number) is left out: booked, it would
+// fail every spec the node applies.
 func gpuDevices(nodeID string, inv *agentv1.Inventory) []store.Device {
 	var out []store.Device
 	for _, gpu := range inv.GetGpus().GetDevices() {
-		if gpu.GetUuid() == "" {
+		if devices.CheckGPU(gpu) != nil {
 			continue
 		}
 		out = append(out, store.Device{

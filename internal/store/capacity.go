@@ -218,8 +218,10 @@ type CapacityQuerier interface {
 	// each, stamping UpdatedAt, and deletes the node's others, except a GPU
 	// that is booked, which stays (and stays booked) until its reservation
 	// ends, so that a GPU missing from one inventory report is never handed
-	// to a second reservation. ErrNotFound for a missing node.
-	SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) error
+	// to a second reservation. A GPU whose UUID another node holds, one
+	// not revoked, stays that node's: its UUID is returned in taken, and
+	// the rest is synced. ErrNotFound for a missing node.
+	SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) (taken []string, err error)
 	// ListNodeDevices returns a node's GPUs by index.
 	ListNodeDevices(ctx context.Context, nodeID string) ([]Device, error)
 

@@ -30,6 +30,7 @@ func TestCapacityConformance(t *testing.T) {
 			{"Pools", exercisePools},
 			{"Adoption", exerciseAdoption},
 			{"Devices", exerciseDevices},
+			{"DeviceOwner", exerciseDeviceOwner},
 			{"Placement", exercisePlacement},
 			{"Idempotency", exercisePlacementIdempotency},
 			{"Lifecycle", exerciseReservationLifecycle},
@@ -187,7 +188,7 @@ func seedPool(ctx context.Context, t *testing.T, s *store.Store, model string, s
 		}))(t)
 		must(s.BeginSession(ctx, id, "v1", "boot"))(t)
 		must(s.AdoptNode(ctx, id, "acme", "gpu"))(t)
-		if err := s.SyncNodeDevices(ctx, id, gpus(id, model, size)); err != nil {
+		if _, err := s.SyncNodeDevices(ctx, id, gpus(id, model, size)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -206,7 +207,8 @@ func exerciseDevices(ctx context.Context, t *testing.T, s *store.Store) {
 			t.Errorf("ListNodeDevices[%d] = %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	wantIs(t, "SyncNodeDevices(missing node)", s.SyncNodeDevices(ctx, "nope", nil), store.ErrNotFound)
+	_, err := s.SyncNodeDevices(ctx, "nope", nil)
+	wantIs(t, "SyncNodeDevices(missing node)", err, store.ErrNotFound)
 
 	// GPU 0 is booked; a report without GPUs 0 and 1 deletes 1 but keeps 0
 	// (and its booking), and an update of 2 is kept.
@@ -216,13 +218,54 @@ func exerciseDevices(ctx context.Context, t *testing.T, s *store.Store) {
 	}
 	upd := gpus("n1", "h100-sxm", 3)[2:]
 	upd[0].MemoryBytes = 1
-	must(struct{}{}, s.SyncNodeDevices(ctx, "n1", upd))(t)
+	must(s.SyncNodeDevices(ctx, "n1", upd))(t)
 	got = must(s.ListNodeDevices(ctx, "n1"))(t)
 	if len(got) != 2 || got[0].UUID != "GPU-n1-0" || got[1].UUID != "GPU-n1-2" || got[1].MemoryBytes != 1 {
 		t.Errorf("ListNodeDevices after sync = %+v; want GPU-n1-0 (booked) and GPU-n1-2 updated", got)
 	}
 	if free := must(s.FreeDevices(ctx, "acme", "gpu", ""))(t); !maps.Equal(free, map[string]int{"h100-sxm": 1}) {
 		t.Errorf("FreeDevices = %v, want one h100-sxm", free)
+	}
+	checkBookings(ctx, t, s)
+}
+
+// exerciseDeviceOwner: a node reporting another live node's GPU UUID does
+// not take it, nor its booking; once the holder is revoked, the GPU moves
+// to the node that has it now (re-installed hardware joining again).
+func exerciseDeviceOwner(ctx context.Context, t *testing.T, s *store.Store) {
+	seedPool(ctx, t, s, "h100-sxm", 2, 2)
+	r := must(s.PlaceReservation(ctx, placement("r1", 2)))(t) // n1's or n2's two GPUs
+	holder, other := r.NodeID, "n1"
+	if holder == "n1" {
+		other = "n2"
+	}
+	stolen := gpus(holder, "h100-sxm", 2)
+	claim := append(gpus(other, "h100-sxm", 2), stolen...)
+	for i := range claim {
+		claim[i].Index = i
+	}
+	taken := must(s.SyncNodeDevices(ctx, other, claim))(t)
+	if !slices.Equal(taken, []string{stolen[0].UUID, stolen[1].UUID}) {
+		t.Errorf("SyncNodeDevices(%s with %s's GPUs) taken = %v, want %s's two", other, holder, taken, holder)
+	}
+	if got := must(s.ListNodeDevices(ctx, holder))(t); len(got) != 2 {
+		t.Errorf("%s's GPUs after %s reported them: %+v; want both still %s's", holder, other, got, holder)
+	}
+	if got := must(s.ListNodeDevices(ctx, other))(t); len(got) != 2 {
+		t.Errorf("%s's GPUs: %+v; want only its own two", other, got)
+	}
+	if allocs := must(s.NodeAllocations(ctx, holder))(t); len(allocs) != 1 || len(allocs[0].DeviceUUIDs) != 2 {
+		t.Errorf("%s's allocations = %+v; want r1 with both GPUs", holder, allocs)
+	}
+	checkBookings(ctx, t, s)
+
+	must(s.ReleaseReservation(ctx, r.ID))(t)
+	must(s.RevokeNode(ctx, holder))(t)
+	if taken := must(s.SyncNodeDevices(ctx, other, claim))(t); len(taken) != 0 {
+		t.Errorf("after %s was revoked, taken = %v; want none", holder, taken)
+	}
+	if got := must(s.ListNodeDevices(ctx, other))(t); len(got) != 4 {
+		t.Errorf("%s's GPUs after %s was revoked: %+v; want all four", other, holder, got)
 	}
 	checkBookings(ctx, t, s)
 }
@@ -248,7 +291,7 @@ func checkBookings(ctx context.Context, t testing.TB, s *store.Store) {
 
 func exercisePlacement(ctx context.Context, t *testing.T, s *store.Store) {
 	seedPool(ctx, t, s, "h100-sxm", 8, 3, 4)
-	must(struct{}{}, s.SyncNodeDevices(ctx, "n3", gpus("n3", "l4", 4)))(t)
+	must(s.SyncNodeDevices(ctx, "n3", gpus("n3", "l4", 4)))(t)
 
 	// n1 has 8 h100-sxm, n2 3, n3 4 l4. SameNode takes the node with the
 	// fewest free GPUs that fits.
@@ -742,8 +785,8 @@ func exerciseFreeCounts(ctx context.Context, t *testing.T, s *store.Store) {
 	n1[0].ModelKey = "l4"
 	moved := n1[3]
 	moved.NodeID = "n2"
-	must(struct{}{}, s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
-	must(struct{}{}, s.SyncNodeDevices(ctx, "n2", append(gpus("n2", "h100-sxm", 4), moved)))(t)
+	must(s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
+	must(s.SyncNodeDevices(ctx, "n2", append(gpus("n2", "h100-sxm", 4), moved)))(t)
 	step("GPUs moved", map[string]int{"h100-sxm": 5})
 
 	// The release frees GPU 0 as an l4 on n1, and GPU 1, whose row was
@@ -753,7 +796,7 @@ func exerciseFreeCounts(ctx context.Context, t *testing.T, s *store.Store) {
 	// The migration's backfill counts this history as the triggers did.
 	must(struct{}{}, store.RecountNodeFree(ctx, s))(t)
 	step("recounted", map[string]int{"h100-sxm": 7, "l4": 1})
-	must(struct{}{}, s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
+	must(s.SyncNodeDevices(ctx, "n1", []store.Device{n1[0], n1[2]}))(t)
 	step("the gone GPU dropped", map[string]int{"h100-sxm": 6, "l4": 1})
 
 	// Cordoned, unreachable, or adopted elsewhere: not counted, and not

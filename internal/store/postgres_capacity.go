@@ -148,9 +148,9 @@ func (p pgQuerier) SetNodeCordoned(ctx context.Context, nodeID string, cordoned 
 	return pgNodeResult(r, err, "set node %q cordoned=%t", nodeID, cordoned)
 }
 
-func (p pgQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) error {
-	fail := func(err error) error {
-		return fmt.Errorf("store: sync devices of node %q: %w", nodeID, pgClassify(err))
+func (p pgQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) ([]string, error) {
+	fail := func(err error) ([]string, error) {
+		return nil, fmt.Errorf("store: sync devices of node %q: %w", nodeID, pgClassify(err))
 	}
 	if _, err := p.q.GetNode(ctx, nodeID); err != nil {
 		return fail(err)
@@ -160,15 +160,20 @@ func (p pgQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devices [
 	}); err != nil {
 		return fail(err)
 	}
+	var taken []string
 	for _, d := range devices {
-		if err := p.q.UpsertDevice(ctx, pgdb.UpsertDeviceParams{
+		n, err := p.q.UpsertDevice(ctx, pgdb.UpsertDeviceParams{
 			Uuid: d.UUID, NodeID: nodeID, Idx: int64(d.Index), ModelKey: d.ModelKey, ModelName: d.ModelName,
 			MemoryBytes: d.MemoryBytes,
-		}); err != nil {
+		})
+		if err != nil {
 			return fail(err)
 		}
+		if n == 0 {
+			taken = append(taken, d.UUID)
+		}
 	}
-	return nil
+	return taken, nil
 }
 
 func (p pgQuerier) ListNodeDevices(ctx context.Context, nodeID string) ([]Device, error) {

@@ -144,9 +144,9 @@ func (s sqliteQuerier) SetNodeCordoned(ctx context.Context, nodeID string, cordo
 	return sqliteNodeResult(r, err, "set node %q cordoned=%t", nodeID, cordoned)
 }
 
-func (s sqliteQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) error {
-	fail := func(err error) error {
-		return fmt.Errorf("store: sync devices of node %q: %w", nodeID, sqliteClassify(err))
+func (s sqliteQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devices []Device) ([]string, error) {
+	fail := func(err error) ([]string, error) {
+		return nil, fmt.Errorf("store: sync devices of node %q: %w", nodeID, sqliteClassify(err))
 	}
 	if _, err := s.q.GetNode(ctx, nodeID); err != nil {
 		return fail(err)
@@ -156,15 +156,20 @@ func (s sqliteQuerier) SyncNodeDevices(ctx context.Context, nodeID string, devic
 	}); err != nil {
 		return fail(err)
 	}
+	var taken []string
 	for _, d := range devices {
-		if err := s.q.UpsertDevice(ctx, sqlitedb.UpsertDeviceParams{
+		n, err := s.q.UpsertDevice(ctx, sqlitedb.UpsertDeviceParams{
 			Uuid: d.UUID, NodeID: nodeID, Idx: int64(d.Index), ModelKey: d.ModelKey, ModelName: d.ModelName,
 			MemoryBytes: d.MemoryBytes,
-		}); err != nil {
+		})
+		if err != nil {
 			return fail(err)
 		}
+		if n == 0 {
+			taken = append(taken, d.UUID)
+		}
 	}
-	return nil
+	return taken, nil
 }
 
 func (s sqliteQuerier) ListNodeDevices(ctx context.Context, nodeID string) ([]Device, error) {

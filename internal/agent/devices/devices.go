@@ -120,7 +120,7 @@ func check(allocs []Allocation) ([]reservation, error) {
 		}
 		gpus := slices.Clone(a.GPUs)
 		for i, g := range gpus {
-			if err := checkGPU(g); err != nil {
+			if err := CheckGPU(g); err != nil {
 				return nil, fmt.Errorf("reservation %s, GPU %d: %w", a.ReservationID, i, err)
 			}
 			for _, k := range []string{g.GetUuid(), g.GetDevicePath()} {
@@ -143,8 +143,10 @@ func check(allocs []Allocation) ([]reservation, error) {
 	return out, nil
 }
 
-// checkGPU refuses a GPU the spec could not name exactly.
-func checkGPU(g *agentv1.GPU) error {
+// CheckGPU refuses a GPU a spec could not name exactly: no or an odd UUID,
+// no device path. The gateway books only GPUs that pass, so that no
+// reservation ever holds a GPU its node would refuse to bind.
+func CheckGPU(g *agentv1.GPU) error {
 	switch {
 	case g == nil:
 		return fmt.Errorf("missing")

@@ -1007,13 +1007,15 @@ func (q *Queries) UpdatePool(ctx context.Context, arg UpdatePoolParams) (Pool, e
 	return i, err
 }
 
-const upsertDevice = `-- name: UpsertDevice :exec
+const upsertDevice = `-- name: UpsertDevice :execrows
 INSERT INTO devices (uuid, node_id, idx, model_key, model_name, memory_bytes, updated_at)
 VALUES ($1, $2, $3, $4, $5,
         $6, clock_timestamp())
 ON CONFLICT (uuid) DO UPDATE
 SET node_id = excluded.node_id, idx = excluded.idx, model_key = excluded.model_key,
     model_name = excluded.model_name, memory_bytes = excluded.memory_bytes, updated_at = excluded.updated_at
+WHERE devices.node_id = excluded.node_id
+   OR (SELECT state FROM nodes WHERE id = devices.node_id) = 'revoked'
 `
 
 type UpsertDeviceParams struct {
@@ -1025,8 +1027,13 @@ type UpsertDeviceParams struct {
 	MemoryBytes int64
 }
 
-func (q *Queries) UpsertDevice(ctx context.Context, arg UpsertDeviceParams) error {
-	_, err := q.db.Exec(ctx, upsertDevice,
+// A GPU's UUID is its identity across the fleet: a row moves to the
+// reporting node only from a node that was revoked (re-installed hardware
+// joins again), never from one still in the fleet, so that one node cannot
+// take another's GPU, and its bookings, by reporting its UUID. No row is
+// written then.
+func (q *Queries) UpsertDevice(ctx context.Context, arg UpsertDeviceParams) (int64, error) {
+	result, err := q.db.Exec(ctx, upsertDevice,
 		arg.Uuid,
 		arg.NodeID,
 		arg.Idx,
@@ -1034,5 +1041,8 @@ func (q *Queries) UpsertDevice(ctx context.Context, arg UpsertDeviceParams) erro
 		arg.ModelName,
 		arg.MemoryBytes,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

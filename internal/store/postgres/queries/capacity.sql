@@ -56,13 +56,20 @@ RETURNING *;
 UPDATE nodes SET cordoned = sqlc.arg(cordoned) WHERE id = sqlc.arg(id)
 RETURNING *;
 
--- name: UpsertDevice :exec
+-- name: UpsertDevice :execrows
+-- A GPU's UUID is its identity across the fleet: a row moves to the
+-- reporting node only from a node that was revoked (re-installed hardware
+-- joins again), never from one still in the fleet, so that one node cannot
+-- take another's GPU, and its bookings, by reporting its UUID. No row is
+-- written then.
 INSERT INTO devices (uuid, node_id, idx, model_key, model_name, memory_bytes, updated_at)
 VALUES (sqlc.arg(uuid), sqlc.arg(node_id), sqlc.arg(idx), sqlc.arg(model_key), sqlc.arg(model_name),
         sqlc.arg(memory_bytes), clock_timestamp())
 ON CONFLICT (uuid) DO UPDATE
 SET node_id = excluded.node_id, idx = excluded.idx, model_key = excluded.model_key,
-    model_name = excluded.model_name, memory_bytes = excluded.memory_bytes, updated_at = excluded.updated_at;
+    model_name = excluded.model_name, memory_bytes = excluded.memory_bytes, updated_at = excluded.updated_at
+WHERE devices.node_id = excluded.node_id
+   OR (SELECT state FROM nodes WHERE id = devices.node_id) = 'revoked';
 
 -- name: DeleteMissingDevices :execrows
 -- The node's GPUs not in uuids (an array), except booked ones: those
