@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -186,7 +187,7 @@ func (g *Gateway) storeResult(ctx context.Context, s *session, r *agentv1.Comman
 		s.send(ackFrame(r.GetId()))
 		return nil
 	}
-	_, err = g.st.FinishCommand(ctx, r.GetId(), r.GetSessionEpoch(), state, truncate(r.GetOutput(), maxResultText), truncate(errText, maxResultText))
+	_, err = g.st.FinishCommand(ctx, r.GetId(), r.GetSessionEpoch(), state, storable(r.GetOutput(), maxResultText), storable(errText, maxResultText))
 	if errors.Is(err, store.ErrConflict) {
 		g.metrics.results.WithLabelValues("stale").Inc()
 		g.log.Debug("gateway: result refused: older than the command's session, or finished meanwhile",
@@ -231,6 +232,15 @@ func resultState(r *agentv1.CommandResult) (store.CommandState, string) {
 	default:
 		return store.CommandFailed, fmt.Sprintf("the node reported status %s; %s", r.GetStatus(), r.GetError())
 	}
+}
+
+// storable is a node's text as the store can keep it: NUL bytes, which a
+// PostgreSQL text column refuses (the store error would end the session,
+// and the node would send the same result again on the next), become
+// U+FFFD; then it is cut to n bytes. Protobuf has already refused invalid
+// UTF-8.
+func storable(s string, n int) string {
+	return truncate(strings.ReplaceAll(s, "\x00", "\uFFFD"), n)
 }
 
 // truncate cuts s to at most n bytes at a character boundary, marking

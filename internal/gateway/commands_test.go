@@ -195,6 +195,16 @@ func TestNodeSaysExpiredOrUnknown(t *testing.T) {
 		f.wantAck("cmd-1")
 		f.result("cmd-2", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_UNKNOWN, "")
 		f.wantAck("cmd-2")
+		// A NUL in the output, which PostgreSQL's text refuses, is stored
+		// as U+FFFD rather than failing the write (and the session).
+		b.queue(t, n.id, "cmd-nul", time.Hour)
+		b.gw.Notify(n.id)
+		f.wantCommand("cmd-nul")
+		f.result("cmd-nul", w.GetSessionEpoch(), agentv1.CommandStatus_COMMAND_STATUS_SUCCEEDED, "a\x00b")
+		f.wantAck("cmd-nul")
+		if c := b.command(t, "cmd-nul"); c.State != store.CommandSucceeded || c.Output != "a\uFFFDb" {
+			t.Errorf("cmd-nul: %s %q, want succeeded %q", c.State, c.Output, "a\uFFFDb")
+		}
 		if c := b.command(t, "cmd-1"); c.State != store.CommandExpired {
 			t.Errorf("cmd-1: %s, want expired", c.State)
 		}

@@ -202,6 +202,12 @@ func (s *JoinService) Join(ctx context.Context, req *connect.Request[agentv1.Joi
 				msg: fmt.Sprintf("facts.%s is %d bytes long, more than %d; send what the host reports", f.name, len(f.value), maxFactLength),
 			})
 		}
+		if hasControl(f.value) {
+			return nil, s.fail(ctx, joinAction, &joinRefusal{
+				code: connect.CodeInvalidArgument, reason: joinRefusedBadFacts,
+				msg: fmt.Sprintf("facts.%s holds a control character (%q); send what the host reports", f.name, f.value),
+			})
+		}
 	}
 
 	nodeID := pki.NewNodeID()

@@ -275,6 +275,7 @@ func TestJoinRefusals(t *testing.T) {
 			{"P-384 key", goodToken, func(r *agentv1.JoinRequest) { r.CsrDer = joinCSR(t, p384) }, connect.CodeInvalidArgument, "bad_csr", "ECDSA P-384 key"},
 			{"garbage CSR", goodToken, func(r *agentv1.JoinRequest) { r.CsrDer = []byte("garbage") }, connect.CodeInvalidArgument, "bad_csr", "not a DER PKCS#10 request"},
 			{"long hostname", goodToken, func(r *agentv1.JoinRequest) { r.Facts.Hostname = strings.Repeat("h", 300) }, connect.CodeInvalidArgument, "bad_facts", "facts.hostname is 300 bytes long"},
+			{"hostname with a NUL", goodToken, func(r *agentv1.JoinRequest) { r.Facts.Hostname = "gpu-01\x00" }, connect.CodeInvalidArgument, "bad_facts", "facts.hostname holds a control character"},
 		}
 		t.Run("refused", func(t *testing.T) {
 			for _, tc := range cases {
@@ -325,7 +326,7 @@ func TestJoinRefusals(t *testing.T) {
 			}
 		}
 		got := b.refusals(t, "bettercompute_join_refusals_total")
-		want := map[string]float64{"malformed_token": 1, "foreign_pin": 1, "unknown_token": 1, "wrong_secret": 1, "expired": 1, "revoked": 1, "used_up": 1, "bad_csr": 3, "bad_facts": 1}
+		want := map[string]float64{"malformed_token": 1, "foreign_pin": 1, "unknown_token": 1, "wrong_secret": 1, "expired": 1, "revoked": 1, "used_up": 1, "bad_csr": 3, "bad_facts": 2}
 		for reason, n := range want {
 			if got[reason] != n {
 				t.Errorf("bettercompute_join_refusals_total{reason=%q} = %v, want %v (all: %v)", reason, got[reason], n, got)

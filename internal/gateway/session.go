@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -112,6 +114,9 @@ func (g *Gateway) openSession(ctx context.Context, tc *tls.Conn, state tls.Conne
 	}
 	if len(hello.GetBcdVersion()) > maxHelloString || len(hello.GetBootId()) > maxHelloString {
 		return nil, errProtocol("Hello's bcd version or boot id is longer than %d bytes", maxHelloString)
+	}
+	if hasControl(hello.GetBcdVersion()) || hasControl(hello.GetBootId()) {
+		return nil, errProtocol("Hello's bcd version %q or boot id %q holds a control character", hello.GetBcdVersion(), hello.GetBootId())
 	}
 
 	// Bulk: after a restart every node starts its session at once; they
@@ -358,3 +363,8 @@ func (g *Gateway) markHeard(nodeID string) {
 	g.heard[nodeID] = struct{}{}
 	g.heardMu.Unlock()
 }
+
+// hasControl reports whether a node's one-line text (a hostname, a version,
+// a boot id) holds a control character: never in what a host reports, and
+// a NUL would fail the store's write as an internal error, not the node's.
+func hasControl(s string) bool { return strings.ContainsFunc(s, unicode.IsControl) }

@@ -82,6 +82,9 @@ func TestSessionRefusals(t *testing.T) {
 			{"unsupported version", func(t *testing.T) *fakeNode {
 				return b.open(t, n, &agentv1.Hello{ProtocolVersion: 2})
 			}, agentv1.CloseReason_CLOSE_REASON_UNSUPPORTED_VERSION, refusedVersion},
+			{"a NUL in Hello's bcd version", func(t *testing.T) *fakeNode {
+				return b.open(t, n, &agentv1.Hello{BcdVersion: "v1.0\x00"})
+			}, agentv1.CloseReason_CLOSE_REASON_PROTOCOL_ERROR, refusedProtocol},
 			{"first frame not Hello", func(t *testing.T) *fakeNode {
 				c, err := b.dial(t, &n.cert, wire.ALPN)
 				if err != nil {
