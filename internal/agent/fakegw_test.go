@@ -33,6 +33,9 @@ type fakeGateway struct {
 	addr     string
 	ttl      time.Duration // node certificate lifetime
 	interval time.Duration // heartbeat interval in Welcome
+	// silence, when set, ends a session that sends nothing for this long,
+	// as the real gateway ends one silent for 3 heartbeat intervals.
+	silence time.Duration
 
 	// helloReply, when set, answers a Hello instead of a Welcome.
 	helloReply func(*agentv1.Hello) *agentv1.Frame
@@ -145,6 +148,9 @@ func (gw *fakeGateway) serveSession(c *tls.Conn) {
 	gw.sessions <- s
 	defer close(s.frames)
 	for {
+		if gw.silence > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(gw.silence))
+		}
 		f, _, err := wire.ReadFrame(c, nil)
 		if err != nil {
 			return

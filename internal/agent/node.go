@@ -66,7 +66,8 @@ type Config struct {
 // stack run many in one process, so a Node keeps no goroutine of its own
 // besides the one in Run (which is also the session's reader): heartbeats,
 // periodic reports and renewals are timers whose callbacks run briefly,
-// and each command runs in a goroutine that ends with it.
+// and each command, and a session's first report, runs in a goroutine
+// that ends with it.
 type Node struct {
 	cfg       Config
 	log       *slog.Logger

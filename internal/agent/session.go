@@ -205,9 +205,9 @@ func (n *Node) welcome(ctx context.Context, conn *tls.Conn, w *agentv1.Welcome, 
 	return s
 }
 
-// start resends unacknowledged results (first, so the gateway settles
-// commands before anything else) and reports the inventory in full.
-func (s *session) start() error {
+// resend sends the journal's unacknowledged results, first on the
+// session, so that the gateway settles commands before anything else.
+func (s *session) resend() error {
 	results, err := s.n.journal.unacked()
 	if err != nil {
 		return fmt.Errorf("read the journal: %w", err)
@@ -217,24 +217,49 @@ func (s *session) start() error {
 			return err
 		}
 	}
-	if err := s.report(true); err != nil {
-		return err
-	}
-	s.n.conv.sessionStarted()
 	return nil
 }
 
-// serve starts the session, starts heartbeats, then reads frames until
-// the session ends.
+// firstReport sends the session's first StatusReport, in full, then has the
+// converger apply the held spec again and report it. It runs on a goroutine
+// of its own, which ends with it, once heartbeats and the reader run:
+// collecting the inventory runs nvidia-smi, which a sick host (persistence
+// mode off, a GPU off the bus) holds for up to its 20 s timeout, longer
+// than the gateway waits for a silent node (3 heartbeat intervals), and
+// commands must be read meanwhile. The gateway needs no report before
+// other frames. A report that fails is retried by the next heartbeat's
+// tick, as a periodic one: the session has no hashes yet, so it goes in
+// full.
+func (s *session) firstReport() {
+	n := s.n
+	defer n.work.Done()
+	if err := s.report(true); err != nil {
+		n.log.Warn("the session's first status report failed; the next heartbeat retries it", "err", err)
+	}
+	s.rmu.Lock()
+	s.reporting = false
+	s.rmu.Unlock()
+	if s.ctx.Err() == nil { // an ended session's successor resyncs at its own start
+		n.conv.sessionStarted()
+	}
+}
+
+// serve resends unacknowledged results, starts heartbeats and the first
+// report, then reads frames until the session ends.
 func (s *session) serve() error {
 	var err error
-	wire.OffStack(func() { err = s.start() })
+	wire.OffStack(func() { err = s.resend() })
 	if err != nil {
 		return err
 	}
+	s.rmu.Lock()
+	s.reporting = true // no periodic report doubles the first
+	s.rmu.Unlock()
 	s.wmu.Lock()
 	s.timer = time.AfterFunc(s.interval, s.tick)
 	s.wmu.Unlock()
+	s.n.work.Add(1)
+	go s.firstReport()
 
 	var buf []byte
 	for {

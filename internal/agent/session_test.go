@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,6 +54,31 @@ func onFixtureHost(smi string) func(*Config) {
 	return func(c *Config) {
 		c.FakeHW, c.InventoryRoot, c.NvidiaSMI = nil, "inventory/testdata/hosts/two-socket", smi
 	}
+}
+
+// smiFixture is an nvidia-smi -q -x output of the inventory's tests: eight
+// A100s, GPU-59ca1f07-... first.
+const smiFixture = "inventory/testdata/nvidia-smi/a100-sxm4-80gb-x8-driver-535.129.03.xml"
+
+// fakeNvidiaSMI writes an nvidia-smi stand-in that runs the shell script
+// body, and returns its path.
+func fakeNvidiaSMI(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "nvidia-smi")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// catSMIFixture is the shell line that prints smiFixture.
+func catSMIFixture(t *testing.T) string {
+	t.Helper()
+	abs, err := filepath.Abs(smiFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "exec cat '" + abs + "'"
 }
 
 // runNode runs n in the background until the test ends.
@@ -250,6 +276,52 @@ func TestSupersededReconnects(t *testing.T) {
 	s1.ended(t)
 	if s2 := gw.session(t); s2.epoch <= s1.epoch {
 		t.Errorf("epoch %d after %d", s2.epoch, s1.epoch)
+	}
+}
+
+// A slow inventory at session start (nvidia-smi on a sick host) holds
+// neither heartbeats nor commands: the session outlives a gateway's
+// silence limit through it, on the same epoch, and the report follows
+// once the inventory is read.
+func TestSlowFirstInventory(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	gw.interval = 200 * time.Millisecond
+	gw.silence = 3 * gw.interval
+	const slow = 2 * time.Second // over 3 times the silence limit
+	smi := fakeNvidiaSMI(t, fmt.Sprintf("sleep %g\n%s", slow.Seconds(), catSMIFixture(t)))
+	startNode(t, joinedDir(t, gw), onFixtureHost(smi))
+	s := gw.session(t)
+	start := time.Now()
+	_ = s.send(command("c1", "no.such.kind", nil)) // answered at once, if read
+	heartbeats, results := 0, 0
+	var rep *agentv1.StatusReport
+	for rep == nil {
+		f := s.next(t, func(f *agentv1.Frame) bool { return isHeartbeat(f) || isResult(f) || isReport(f) })
+		switch {
+		case isHeartbeat(f):
+			heartbeats++
+		case isResult(f):
+			results++
+		default:
+			rep = f.GetStatusReport()
+		}
+	}
+	if took := time.Since(start); took < slow-gw.interval {
+		t.Fatalf("the first report came after %v; nvidia-smi takes %v", took, slow)
+	}
+	if heartbeats < 3 || results != 1 {
+		t.Errorf("before the first report: %d heartbeats and %d results, want at least 3 and c1's", heartbeats, results)
+	}
+	inv, err := inventory.Merge(rep.GetSections())
+	if err != nil || len(inv.GetGpus().GetDevices()) != 8 {
+		t.Errorf("the first report: %d GPUs, want 8 (%v)", len(inv.GetGpus().GetDevices()), err)
+	}
+	s.next(t, isHeartbeat) // still up after the report
+	select {
+	case s2 := <-gw.sessions:
+		t.Errorf("the node opened session %d: session %d ended during the slow inventory", s2.epoch, s.epoch)
+	default:
 	}
 }
 
