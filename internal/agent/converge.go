@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
 	"github.com/better-compute/better-compute/internal/agent/devices"
+	"github.com/better-compute/better-compute/internal/agent/inventory"
 	"github.com/better-compute/better-compute/internal/pki"
 )
 
@@ -26,14 +28,35 @@ import (
 // applies the spec it holds again, which repairs the directory after a
 // crash or a meddling hand, and reports it, so that a binding the control
 // plane missed is reported until it is recorded.
+//
+// A spec it could not apply (the GPUs unreadable, the directory not
+// writable) is retried, with the goroutine waiting between tries, from
+// retryMin doubling to retryMax, or until a newer spec comes: the gateway
+// sends a spec once per session, so nothing else would apply it.
 type converger struct {
-	n      *Node
-	writer devices.Writer
+	n                  *Node
+	writer             devices.Writer
+	retryMin, retryMax time.Duration
+	wake               chan struct{} // a spec or resync came while running; buffered 1
 
 	mu      sync.Mutex
 	want    *agentv1.NodeSpec // the newest spec received and not yet applied
 	resync  bool              // apply the held spec again and report it
 	running bool              // a goroutine is applying
+}
+
+// Retries of a spec the converger could not apply: soon at first, since
+// a driver hiccup passes in seconds, and at most every two minutes, since
+// each try may wait on nvidia-smi and reports its failure.
+const (
+	convergeRetryMin = 2 * time.Second
+	convergeRetryMax = 2 * time.Minute
+)
+
+// newConverger returns n's converger over the CDI directory dir.
+func newConverger(n *Node, dir string) *converger {
+	return &converger{n: n, writer: devices.Writer{Dir: dir}, retryMin: convergeRetryMin, retryMax: convergeRetryMax,
+		wake: make(chan struct{}, 1)}
 }
 
 // offer queues spec, replacing any spec still waiting, and starts applying.
@@ -55,6 +78,10 @@ func (c *converger) sessionStarted() {
 
 func (c *converger) startLocked() {
 	if c.running {
+		select { // cut a wait between retries short
+		case c.wake <- struct{}{}:
+		default:
+		}
 		return
 	}
 	c.running = true
@@ -62,23 +89,61 @@ func (c *converger) startLocked() {
 	go c.run()
 }
 
-// run applies specs until none waits.
+// run applies specs until none waits, retrying one it could not apply
+// until the node stops.
 func (c *converger) run() {
 	defer c.n.work.Done()
+	wait := c.retryMin
 	for {
 		c.mu.Lock()
 		spec, resync := c.want, c.resync
 		c.want, c.resync = nil, false
+		select { // what woke a wait is taken now
+		case <-c.wake:
+		default:
+		}
 		if spec == nil && !resync {
 			c.running = false
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
-		if err := c.apply(spec); err != nil {
-			c.n.log.Error("devices: apply the node spec", "err", err)
+		err := c.apply(spec)
+		if err == nil {
+			wait = c.retryMin
+			continue
 		}
+		if c.n.runCtx.Err() == nil { // else the node is stopping, which is why
+			c.n.log.Error("devices: apply the node spec; retrying", "err", err, "in", wait)
+		}
+		c.mu.Lock()
+		if c.want == nil { // a newer spec replaces this one
+			c.want = spec
+		}
+		c.resync = c.resync || spec == nil
+		c.mu.Unlock()
+		if !c.sleep(wait) {
+			c.mu.Lock()
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		wait = min(2*wait, c.retryMax)
 	}
+}
+
+// sleep waits d, or until a spec or resync is offered; false when the node
+// stops meanwhile.
+func (c *converger) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.n.runCtx.Done():
+		return false
+	case <-t.C:
+	case <-c.wake:
+	}
+	return true
 }
 
 // apply makes the CDI directory hold spec (the held spec when nil) and
@@ -93,7 +158,19 @@ func (c *converger) apply(spec *agentv1.NodeSpec) error {
 	if !fresh {
 		spec = held
 	}
-	allocs, problems := c.resolve(spec)
+	// On failure the held generation stays, so that the gateway's view of
+	// what the node holds is never ahead of the disk.
+	failed := func(removed []string, err error) error {
+		c.report(&agentv1.SpecApplied{Generation: held.GetGeneration(), Removed: removed, Error: err.Error()}, nil)
+		return err
+	}
+	allocs, problems, err := c.resolve(spec)
+	if err != nil {
+		// Binding nothing would unbind every reservation over a hiccup
+		// of nvidia-smi: the directory stays as it is until a retry
+		// reads the GPUs.
+		return failed(nil, err)
+	}
 	changes, err := c.writer.Sync(allocs)
 	for _, id := range changes.Written {
 		n.log.Info("devices: bound reservation", "reservation", id, "cdi_device", devices.DeviceName(id))
@@ -102,11 +179,8 @@ func (c *converger) apply(spec *agentv1.NodeSpec) error {
 		n.log.Info("devices: unbound reservation", "reservation", id)
 	}
 	if err != nil {
-		// The directory is part way: the next spec or session applies it
-		// again. The held generation stays, so that the gateway's view
-		// of what the node holds is never ahead of the disk.
-		c.report(&agentv1.SpecApplied{Generation: held.GetGeneration(), Removed: changes.Removed, Error: err.Error()}, nil)
-		return err
+		// The directory is part way: a retry applies it again.
+		return failed(changes.Removed, err)
 	}
 	if fresh {
 		if err := n.journal.setSpec(spec); err != nil {
@@ -123,14 +197,15 @@ func (c *converger) apply(spec *agentv1.NodeSpec) error {
 
 // resolve maps spec's allocations to the node's GPUs. An allocation naming
 // a GPU the node does not have is left out (and said so): binding the rest
-// would hand a workload fewer GPUs than it reserved.
-func (c *converger) resolve(spec *agentv1.NodeSpec) ([]devices.Allocation, []string) {
+// would hand a workload fewer GPUs than it reserved. GPUs it cannot read
+// are an error: they are not GPUs the node does not have.
+func (c *converger) resolve(spec *agentv1.NodeSpec) ([]devices.Allocation, []string, error) {
 	if len(spec.GetAllocations()) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	gpus, err := c.gpus()
 	if err != nil {
-		return nil, []string{fmt.Sprintf("read the node's GPUs: %v", err)}
+		return nil, nil, fmt.Errorf("read the node's GPUs: %w", err)
 	}
 	var out []devices.Allocation
 	var problems []string
@@ -154,18 +229,18 @@ func (c *converger) resolve(spec *agentv1.NodeSpec) ([]devices.Allocation, []str
 		}
 		out = append(out, alloc)
 	}
-	return out, problems
+	return out, problems, nil
 }
 
-// gpus returns the node's GPUs by UUID, from a fresh inventory: a spec
-// comes rarely, and a GPU that fell off the bus must not be bound.
+// gpus returns the node's GPUs by UUID, read afresh: a spec comes rarely,
+// and a GPU that fell off the bus must not be bound.
 func (c *converger) gpus() (map[string]*agentv1.GPU, error) {
-	inv, err := c.n.collect(c.n.runCtx)
+	read, err := inventory.GPUs(c.n.runCtx, c.n.invOptions())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]*agentv1.GPU{}
-	for _, g := range inv.GetGpus().GetDevices() {
+	for _, g := range read.GetDevices() {
 		if g.GetUuid() != "" {
 			out[g.GetUuid()] = g
 		}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
-	"github.com/better-compute/better-compute/internal/agent/devices"
 	"github.com/better-compute/better-compute/internal/agent/inventory"
 )
 
@@ -66,8 +65,9 @@ type Config struct {
 // stack run many in one process, so a Node keeps no goroutine of its own
 // besides the one in Run (which is also the session's reader): heartbeats,
 // periodic reports and renewals are timers whose callbacks run briefly,
-// and each command, and a session's first report, runs in a goroutine
-// that ends with it.
+// and each command, a session's first report and the devices converger
+// (while it has a spec to apply or retry) run in goroutines that end with
+// them.
 type Node struct {
 	cfg       Config
 	log       *slog.Logger
@@ -79,9 +79,9 @@ type Node struct {
 	id       atomic.Pointer[identity]        // swapped by a renewal; read at each dial
 	tlsCache atomic.Pointer[tlsSessionCache] // TLS resumption, replaced with the certificate
 	journal  *journal                        // set in Run before any session
-	conv     converger                       // the devices converger
+	conv     *converger                      // the devices converger
 	fresh    atomic.Bool                     // Hello.fresh_journal until a Welcome
-	work     sync.WaitGroup                  // commands and renewals in flight
+	work     sync.WaitGroup                  // commands, renewals, first reports and the converger in flight
 	runCtx   context.Context                 // Run's context, for timer callbacks
 
 	mu            sync.Mutex    // guards the fields below
@@ -124,7 +124,7 @@ func NewNode(cfg Config) *Node {
 		rebootCmd: []string{"systemctl", "reboot"},
 		state:     "stopped",
 	}
-	n.conv = converger{n: n, writer: devices.Writer{Dir: cfg.cdiDir()}}
+	n.conv = newConverger(n, cfg.cdiDir())
 	return n
 }
 

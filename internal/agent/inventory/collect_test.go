@@ -175,6 +175,34 @@ func TestCollectWithoutGPUs(t *testing.T) {
 	}
 }
 
+// TestGPUsUnreadable: GPUs, which binding devices relies on, tells GPUs it
+// cannot read from none: an nvidia-smi that runs and fails is an error
+// there, where Collect reports no GPUs.
+func TestGPUsUnreadable(t *testing.T) {
+	t.Parallel()
+	hw := GenerateFakeHW("t", 0, 2, "")
+	tests := []struct {
+		name    string
+		o       Options
+		devices int
+		fails   bool
+	}{
+		{"absent", Options{NvidiaSMI: filepath.Join(t.TempDir(), "nvidia-smi")}, 0, false},
+		{"no GPU attached", Options{NvidiaSMI: catFixture(t, "no-gpu-driver-550.90.07.xml")}, 0, false},
+		{"eight", Options{NvidiaSMI: catFixture(t, "a100-sxm4-80gb-x8-driver-535.129.03.xml")}, 8, false},
+		{"fakehw", Options{NvidiaSMI: fakeNvidiaSMI(t, "exit 1"), FakeHW: hw}, 2, false},
+		{"driver not loaded", Options{NvidiaSMI: fakeNvidiaSMI(t, "echo 'NVIDIA-SMI has failed' >&2; exit 9")}, 0, true},
+		{"garbage", Options{NvidiaSMI: fakeNvidiaSMI(t, "echo '<nvidia_smi_log><gpu>'")}, 0, true},
+	}
+	for _, tt := range tests {
+		tt.o.Root = fixtureHost
+		g, err := GPUs(context.Background(), tt.o)
+		if (err != nil) != tt.fails || len(g.GetDevices()) != tt.devices {
+			t.Errorf("%s: %d GPUs, error %v; want %d, an error: %v", tt.name, len(g.GetDevices()), err, tt.devices, tt.fails)
+		}
+	}
+}
+
 // TestCollectLiveHost reads the machine the test runs on, which has no
 // nvidia-smi; on Linux it must find at least a CPU, memory and its identity.
 func TestCollectLiveHost(t *testing.T) {

@@ -427,13 +427,18 @@ func (hw *FakeHW) apply(inv *agentv1.Inventory) {
 			Addresses: append([]string(nil), n.Addresses...),
 		})
 	}
-	inv.Gpus = &agentv1.GPUs{DriverVersion: hw.DriverVersion, CudaVersion: hw.CUDAVersion}
+	inv.Gpus = hw.gpus()
+}
+
+// gpus is the described GPUs.
+func (hw *FakeHW) gpus() *agentv1.GPUs {
+	out := &agentv1.GPUs{DriverVersion: hw.DriverVersion, CudaVersion: hw.CUDAVersion}
 	for i, g := range hw.GPUs {
 		numa := int32(-1)
 		if g.NUMANode != nil {
 			numa = int32(*g.NUMANode)
 		}
-		inv.Gpus.Devices = append(inv.Gpus.Devices, &agentv1.GPU{
+		out.Devices = append(out.Devices, &agentv1.GPU{
 			Index:       int32(i),
 			Uuid:        g.UUID,
 			Name:        g.Model,
@@ -446,6 +451,7 @@ func (hw *FakeHW) apply(inv *agentv1.Inventory) {
 			DevicePath:  "/dev/nvidia" + strconv.Itoa(i),
 		})
 	}
+	return out
 }
 
 // bytesOf converts GiB to bytes.

@@ -64,6 +64,25 @@ func Collect(ctx context.Context, o Options) (*agentv1.Inventory, error) {
 	return inv, nil
 }
 
+// GPUs reads only the node's GPUs, as Collect does, except that GPUs it
+// cannot read are an error rather than none: an nvidia-smi that fails or
+// prints what cannot be read. Binding devices needs the difference, since
+// a hiccup must not look like every GPU gone. A host without nvidia-smi
+// truly has no GPUs (no error), and FakeHW's are its own.
+func GPUs(ctx context.Context, o Options) (*agentv1.GPUs, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("error reading GPUs: %w", err)
+	}
+	if o.FakeHW != nil {
+		return o.FakeHW.gpus(), nil
+	}
+	h, err := newHost(o)
+	if err != nil {
+		return nil, err
+	}
+	return h.readGPUs(ctx, o.NvidiaSMI)
+}
+
 // host reads one host's files under root.
 type host struct {
 	root string // "/" or a fixture tree

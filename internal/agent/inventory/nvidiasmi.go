@@ -259,29 +259,37 @@ func runNvidiaSMI(ctx context.Context, path string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// gpus reads the GPUs with nvidia-smi. No nvidia-smi means no GPUs; one that
-// fails, or prints what cannot be read, leaves the section empty too, with a
-// warning, so that the rest of the inventory still goes out.
+// gpus reads the GPUs for Collect: GPUs it cannot read leave the section
+// empty, with a warning, so that the rest of the inventory still goes out.
 func (h *host) gpus(ctx context.Context, configured string) *agentv1.GPUs {
+	g, err := h.readGPUs(ctx, configured)
+	if err != nil {
+		h.log.Warn("inventory: GPUs unreadable", "err", err)
+		return &agentv1.GPUs{}
+	}
+	return g
+}
+
+// readGPUs reads the GPUs with nvidia-smi. No nvidia-smi means no GPUs; one
+// that fails, or prints what cannot be read, is an error.
+func (h *host) readGPUs(ctx context.Context, configured string) (*agentv1.GPUs, error) {
 	path, err := nvidiaSMIPath(configured)
 	if err != nil {
 		h.log.Debug("inventory: no GPUs", "err", err)
-		return &agentv1.GPUs{}
+		return &agentv1.GPUs{}, nil
 	}
 	out, err := runNvidiaSMI(ctx, path)
 	if err != nil {
-		h.log.Warn("inventory: GPUs unreadable", "err", err)
-		return &agentv1.GPUs{}
+		return nil, err
 	}
 	g, err := ParseNvidiaSMI(out)
 	if err != nil {
-		h.log.Warn("inventory: GPUs unreadable", "err", err)
-		return &agentv1.GPUs{}
+		return nil, err
 	}
 	for _, d := range g.Devices {
 		d.NumaNode = h.pciNUMANode(d.PciBusId)
 	}
-	return g
+	return g, nil
 }
 
 // pciNUMANode reads the NUMA node of a PCI device from sysfs, given
