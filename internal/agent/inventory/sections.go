@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	agentv1 "github.com/better-compute/better-compute/gen/bettercompute/agent/v1"
 )
@@ -58,13 +61,19 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // content gives an identical hash. A section with nothing in it (no disks,
 // say) has empty content, whose hash is that of no bytes.
 func Sections(inv *agentv1.Inventory) []*agentv1.InventorySection {
+	if invalidUTF8(inv.ProtoReflect()) {
+		// procfs or nvidia-smi can hand us bytes that are not UTF-8, which
+		// protobuf refuses to encode: repair a copy rather than send the
+		// section empty (the control plane would store it so).
+		inv = proto.CloneOf(inv)
+		repairUTF8(inv.ProtoReflect())
+	}
 	out := make([]*agentv1.InventorySection, 0, len(SectionNames))
 	for _, name := range SectionNames {
 		content, err := deterministic.Marshal(sections[name].get(inv))
 		if err != nil {
-			// Marshal fails only on invalid UTF-8 in a string, which
-			// procfs or nvidia-smi could hand us; keep the section's
-			// place, empty, rather than lose the whole report.
+			// Cannot happen once the strings are valid; keep the
+			// section's place, empty, rather than lose the whole report.
 			content = nil
 		}
 		sum := sha256.Sum256(content)
@@ -118,4 +127,45 @@ func mergeSection(inv *agentv1.Inventory, s *agentv1.InventorySection, seen map[
 	}
 	sec.set(inv, &part)
 	return nil
+}
+
+// invalidUTF8 reports whether any string in m, however deep, is not UTF-8.
+func invalidUTF8(m protoreflect.Message) bool {
+	bad := false
+	walkStrings(m, func(s string) string {
+		bad = bad || !utf8.ValidString(s)
+		return s
+	})
+	return bad
+}
+
+// repairUTF8 replaces every invalid byte sequence in m's strings with
+// U+FFFD.
+func repairUTF8(m protoreflect.Message) {
+	walkStrings(m, func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") })
+}
+
+// walkStrings sets every string field of m, and of the messages in it, to
+// f of its value. The inventory has no maps, but lists of strings and of
+// messages.
+func walkStrings(m protoreflect.Message, f func(string) string) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Kind() == protoreflect.StringKind:
+			l := v.List()
+			for i := range l.Len() {
+				l.Set(i, protoreflect.ValueOfString(f(l.Get(i).String())))
+			}
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				walkStrings(l.Get(i).Message(), f)
+			}
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString(f(v.String())))
+		case fd.Message() != nil && !fd.IsMap():
+			walkStrings(v.Message(), f)
+		}
+		return true
+	})
 }

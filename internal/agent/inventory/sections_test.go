@@ -58,6 +58,38 @@ func TestSectionsRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSectionsInvalidUTF8: a string that is not UTF-8 (a disk model from
+// sysfs, a GPU name) is repaired, not the cause of an empty section, and
+// the caller's inventory is left as it was.
+func TestSectionsInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	inv := &agentv1.Inventory{
+		Host:  &agentv1.Host{Hostname: "gpu-01"},
+		Disks: []*agentv1.Disk{{Name: "sda", Model: "WD\xff\xfeRed"}},
+		Gpus:  &agentv1.GPUs{Devices: []*agentv1.GPU{{Uuid: "GPU-1", Name: "NVIDIA \xc3"}}},
+		Nics:  []*agentv1.NIC{{Name: "eth0", Addresses: []string{"10.0.0.1/24", "bad\x80"}}},
+	}
+	got, err := Merge(Sections(inv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := got.GetDisks()[0].GetModel(); m != "WD\uFFFDRed" {
+		t.Errorf("disk model = %q, want %q", m, "WD\uFFFDRed")
+	}
+	if n := got.GetGpus().GetDevices()[0].GetName(); n != "NVIDIA \uFFFD" {
+		t.Errorf("GPU name = %q", n)
+	}
+	if a := got.GetNics()[0].GetAddresses(); len(a) != 2 || a[1] != "bad\uFFFD" {
+		t.Errorf("NIC addresses = %q", a)
+	}
+	if got.GetHost().GetHostname() != "gpu-01" {
+		t.Errorf("host = %v", got.GetHost())
+	}
+	if inv.GetDisks()[0].GetModel() != "WD\xff\xfeRed" {
+		t.Error("Sections changed its input")
+	}
+}
+
 func mustCollectFake(t *testing.T, hw *FakeHW) *agentv1.Inventory {
 	t.Helper()
 	inv, err := Collect(context.Background(), Options{Root: fixtureHost, FakeHW: hw})
