@@ -426,13 +426,16 @@ func adminFormsDenied(t *testing.T, st *stack) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `id="group-admins"`) {
 		t.Fatalf("the viewer's groups page: %d", res.StatusCode)
 	}
-	for _, form := range []string{`action="/groups"`, `action="/groups/update"`, `action="/groups/delete"`} {
+	for _, form := range []string{`action="/groups"`, `action="/groups/update"`, `action="/groups/delete"`, `action="/groups/members"`} {
 		if strings.Contains(body, form) {
 			t.Errorf("the viewer is offered the form %s", form)
 		}
 	}
-	if _, body := w.get("/principals"); strings.Contains(body, `action="/principals/update"`) {
-		t.Error("the viewer is offered to edit principals")
+	_, body = w.get("/principals")
+	for _, form := range []string{`action="/principals"`, `action="/principals/update"`, `action="/principals/delete"`} {
+		if strings.Contains(body, form) {
+			t.Errorf("the viewer is offered the principals form %s", form)
+		}
 	}
 	res, body = w.post("/groups", url.Values{"name": {"sneaky"}})
 	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "may not compute:groups:create") {

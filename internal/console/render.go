@@ -30,9 +30,10 @@ type view struct {
 	// Principal is the signed-in caller, User::"acme/alice".
 	Principal string
 	// May names the admin pages the nav offers (tenants, principals,
-	// groups, policies) and the admin forms the pages show (createGroups,
-	// editGroups, editUsers, editServiceAccounts, editTenants,
-	// deleteTenants); see formActions.
+	// groups, policies) and the admin forms the pages show: createGroups,
+	// editGroups (also their members), editUsers and editServiceAccounts
+	// (also creating and deleting them), editTenants, deleteTenants; see
+	// formActions.
 	May   map[string]bool
 	CSRF  string
 	Flash string
