@@ -97,6 +97,9 @@ type Node struct {
 	rebootPending bool          // a simulated reboot ended the session
 	renewTimer    *time.Timer   // the next renewal; nil when none is scheduled
 	openJournal   *journal      // the journal while Run holds it open, for Status
+	gpusChecked   bool          // the GPUs were read at least once
+	gpusErr       string        // why the last read of the GPUs failed; "" when it did not
+	gpusSince     time.Time     // when gpusErr last went from "" to not, or back
 }
 
 // tlsSessionCache wraps a tls.ClientSessionCache for atomic swapping.
@@ -266,11 +269,26 @@ func (n *Node) invOptions() inventory.Options {
 }
 
 // collect reads the inventory, with the simulated boot id when there is one.
+// GPUs that cannot be read (nvidia-smi fails) are reported as none, as the
+// control plane must not book them, and the failure is kept for the
+// GPUsReadable condition, so that an operator sees why they went.
 func (n *Node) collect(ctx context.Context) (*agentv1.Inventory, error) {
-	inv, err := inventory.Collect(ctx, n.invOptions())
+	o := n.invOptions()
+	o.SkipGPUs = true
+	inv, err := inventory.Collect(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	gpus, gerr := inventory.GPUs(ctx, n.invOptions())
+	if gerr != nil {
+		if ctx.Err() != nil {
+			return nil, gerr
+		}
+		n.log.Warn("GPUs unreadable; reporting none", "err", gerr)
+		gpus = &agentv1.GPUs{}
+	}
+	n.gpusRead(gerr)
+	inv.Gpus = gpus
 	if inv.Host == nil {
 		inv.Host = &agentv1.Host{}
 	}
@@ -278,6 +296,24 @@ func (n *Node) collect(ctx context.Context) (*agentv1.Inventory, error) {
 		inv.Host.BootId = b
 	}
 	return inv, nil
+}
+
+// gpusRead records how the last read of the GPUs went, for the
+// GPUsReadable condition.
+func (n *Node) gpusRead(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		if len(msg) > maxConditionMessage {
+			msg = strings.ToValidUTF8(msg[:maxConditionMessage], "")
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.gpusChecked || (n.gpusErr == "") != (msg == "") {
+		n.gpusSince = n.now()
+	}
+	n.gpusChecked, n.gpusErr = true, msg
 }
 
 // current returns the live session, or nil.

@@ -421,17 +421,31 @@ func (s *session) report(full bool) error {
 	return nil
 }
 
+// maxConditionMessage bounds a condition's message (an nvidia-smi error
+// can carry its whole output).
+const maxConditionMessage = 512
+
 // conditions are the node's health facts, complete each time.
 func (n *Node) conditions() []*agentv1.Condition {
 	leaf := n.id.Load().cert.Leaf
 	now := n.now()
 	ok := now.After(leaf.NotBefore) && now.Before(leaf.NotAfter)
-	return []*agentv1.Condition{{
+	conds := []*agentv1.Condition{{
 		Type:    "CertificateValid",
 		Ok:      ok,
 		Message: "the node certificate expires " + leaf.NotAfter.UTC().Format(time.RFC3339),
 		Since:   timestamppb.New(leaf.NotBefore),
 	}}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gpusChecked {
+		// Unreadable GPUs are reported as none, and so are not bookable;
+		// this says why they went.
+		conds = append(conds, &agentv1.Condition{
+			Type: "GPUsReadable", Ok: n.gpusErr == "", Message: n.gpusErr, Since: timestamppb.New(n.gpusSince),
+		})
+	}
+	return conds
 }
 
 // end stops the session's timers and makes it no longer current.

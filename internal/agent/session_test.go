@@ -547,3 +547,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestGPUsReadableCondition: GPUs nvidia-smi cannot read are reported as
+// none, with a GPUsReadable condition that says why; once it reads them
+// again, they and the condition come back.
+func TestGPUsReadableCondition(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, newTestPKI(t))
+	broken := filepath.Join(t.TempDir(), "broken")
+	if err := os.WriteFile(broken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	smi := fakeNvidiaSMI(t, fmt.Sprintf("if [ -e '%s' ]; then echo 'Unable to determine the device handle for GPU0000:07:00.0: Unknown Error' >&2; exit 15; fi\n%s", broken, catSMIFixture(t)))
+	startNode(t, joinedDir(t, gw), onFixtureHost(smi))
+	s := gw.session(t)
+
+	check := func(what string, rep *agentv1.StatusReport, wantGPUs int, wantOK bool, wantMsg string) {
+		t.Helper()
+		inv, err := inventory.Merge(rep.GetSections())
+		if err != nil || len(inv.GetGpus().GetDevices()) != wantGPUs {
+			t.Errorf("%s: %d GPUs reported (%v), want %d", what, len(inv.GetGpus().GetDevices()), err, wantGPUs)
+		}
+		var cond *agentv1.Condition
+		for _, c := range rep.GetConditions() {
+			if c.GetType() == "GPUsReadable" {
+				cond = c
+			}
+		}
+		if cond == nil || cond.GetOk() != wantOK || !strings.Contains(cond.GetMessage(), wantMsg) || cond.GetSince() == nil {
+			t.Errorf("%s: GPUsReadable = %v, want ok %v with a message holding %q", what, cond, wantOK, wantMsg)
+		}
+	}
+	check("nvidia-smi failing", s.next(t, isReport).GetStatusReport(), 0, false, "Unknown Error")
+
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.send(command("c1", kindInventoryRefresh, nil))
+	check("nvidia-smi working again", s.next(t, isReport).GetStatusReport(), 8, true, "")
+}

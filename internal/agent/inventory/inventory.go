@@ -37,6 +37,9 @@ type Options struct {
 	// Logger receives what could not be read on an odd host (each such read
 	// degrades to an empty field). nil discards.
 	Logger *slog.Logger
+	// SkipGPUs leaves Collect's GPUs unset, for a caller that reads them
+	// with GPUs, which tells GPUs that could not be read from none.
+	SkipGPUs bool
 }
 
 // Collect reads the node's inventory. A read that fails on an odd host leaves
@@ -54,13 +57,18 @@ func Collect(ctx context.Context, o Options) (*agentv1.Inventory, error) {
 	inv := &agentv1.Inventory{Host: h.identity()}
 	if o.FakeHW != nil {
 		o.FakeHW.apply(inv)
+		if o.SkipGPUs {
+			inv.Gpus = nil
+		}
 		return inv, nil
 	}
 	inv.Cpu = h.cpu()
 	inv.Memory = h.memory()
 	inv.Disks = h.disks()
 	inv.Nics = h.nics()
-	inv.Gpus = h.gpus(ctx, o.NvidiaSMI)
+	if !o.SkipGPUs {
+		inv.Gpus = h.gpus(ctx, o.NvidiaSMI)
+	}
 	return inv, nil
 }
 
