@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -117,7 +118,16 @@ func (s *tenantService) DeleteTenant(ctx context.Context, req *connect.Request[a
 		if t.Platform {
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("the platform tenant cannot be deleted"))
 		}
-		return q.DeleteTenant(ctx, name)
+		// Nodes are the one thing a tenant delete does not take with it
+		// (the store's RESTRICT, its only ErrConflict): they hold
+		// certificates and live sessions, so they are revoked and deleted
+		// on purpose, one by one. Unmapped, the conflict would read as
+		// already_exists.
+		err = q.DeleteTenant(ctx, name)
+		if errors.Is(err, store.ErrConflict) {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("tenant %s still has nodes: revoke and delete them first (better-compute nodes list --tenant %s)", name, name))
+		}
+		return notFoundAs(err, typeTenant, name, "")
 	})
 	if err != nil {
 		return nil, err
