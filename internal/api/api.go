@@ -58,10 +58,13 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 		return iam.LoadDirectory(ctx, cfg.Store)
 	}, iam.WithLogger(cfg.Logger))
 	admit := &authorizer{methods: methods, store: cfg.Store, authz: authz, logger: cfg.Logger}
-	opts := connect.WithInterceptors(
-		newMetricsInterceptor(cfg.Metrics),
-		errorBoundary{logger: cfg.Logger},
-		admit,
+	opts := connect.WithHandlerOptions(
+		connect.WithReadMaxBytes(maxRequestBytes),
+		connect.WithInterceptors(
+			newMetricsInterceptor(cfg.Metrics),
+			errorBoundary{logger: cfg.Logger},
+			admit,
+		),
 	)
 	b := base{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle(apiv1connect.NewSystemServiceHandler(&systemService{

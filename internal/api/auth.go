@@ -62,9 +62,22 @@ func (a *authorizer) admit(ctx context.Context, procedure string, header http.He
 	call.Caller, call.Platform, call.epoch = caller, platform, epoch
 	call.TokenID, call.TokenExpires = auth.Token.ID, auth.Token.ExpiresAt
 
+	// Bad input is refused before anything reads it, and a refused
+	// mutation is audited like any other.
+	refuse := func(err error) (*Call, error) {
+		if m.Mutating {
+			a.audit(ctx, call, caller.Tenant, action, "invalid_argument: "+err.Error(), nil)
+		}
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if msg != nil {
+		if err := checkRequest(msg.ProtoReflect()); err != nil {
+			return refuse(err)
+		}
+	}
 	res, err := resolveResource(m, msg, caller)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return refuse(err)
 	}
 	call.Resource = res
 
@@ -358,6 +371,11 @@ func (a *authorizer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		res, err := next(withCall(ctx, call), req)
 		a.auditFailure(ctx, call, err)
+		if !call.Method.Mutating && connect.CodeOf(err) == connect.CodePermissionDenied {
+			// A read the policies allowed but the handler refused (a
+			// customer asking for all_tenants) is a denial too.
+			a.audit(ctx, call, call.auditTenant(), call.Method.Authorization.GetAction(), "permission_denied: "+errorMessage(err), nil)
+		}
 		return res, err
 	}
 }
@@ -378,4 +396,13 @@ func (a *authorizer) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 		a.auditFailure(ctx, call, err)
 		return err
 	}
+}
+
+// errorMessage is err's message without Connect's code prefix.
+func errorMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }

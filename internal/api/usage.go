@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -84,10 +87,17 @@ func encodeUsageToken(key string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("u" + key))
 }
 
+// decodeUsageToken refuses a token that no window key could have made (a
+// window key is "reservation/model/hour": short, printable), so that a
+// forged one is bad input, not a key the store chokes on.
 func decodeUsageToken(t string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(t)
-	if err != nil || len(b) < 2 || b[0] != 'u' {
+	if err != nil || len(b) < 2 || len(b) > 257 || b[0] != 'u' {
 		return "", errors.New("bad page token")
 	}
-	return string(b[1:]), nil
+	k := string(b[1:])
+	if !utf8.ValidString(k) || strings.ContainsFunc(k, unicode.IsControl) {
+		return "", errors.New("bad page token")
+	}
+	return k, nil
 }

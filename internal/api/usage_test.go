@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"testing"
@@ -99,7 +100,9 @@ func TestListUsage(t *testing.T) {
 
 		for name, req := range map[string]map[string]any{
 			"bad page token":   {"pageToken": "nope"},
+			"a forged key":     {"pageToken": base64.RawURLEncoding.EncodeToString([]byte("ur-1\x00/x"))},
 			"page too big":     {"pageSize": 1001},
+			"a time past 9999": {"startTime": "10000-01-01T00:00:00Z"},
 			"end before start": {"startTime": base.Format(time.RFC3339), "endTime": base.Add(-time.Hour).Format(time.RFC3339)},
 		} {
 			if res := f.call(list, f.tokens["acme/alice"], req); res.code != "invalid_argument" {
