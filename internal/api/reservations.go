@@ -175,14 +175,22 @@ func (s *reservationService) ExtendReservation(ctx context.Context, req *connect
 	if (m.GetDuration() == nil) == (m.GetUntil() == nil) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("duration or until is required: give exactly one"))
 	}
-	if m.GetDuration() != nil && m.GetDuration().AsDuration() <= 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("duration must be positive"))
+	if d := m.GetDuration(); d != nil && d.AsDuration() <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("duration %s is not positive: extend adds it to the reservation's end; release it to end it sooner", d.AsDuration()))
 	}
 	var r store.Reservation
 	err := s.mutate(ctx, func(ctx context.Context, q store.Querier) error {
 		cur, err := ownReservation(ctx, q, call.tenant(), m.GetId())
 		if err != nil {
 			return err
+		}
+		// Extending only ever moves the end later: an earlier end would
+		// release GPUs under the extend permission, with a policy context
+		// of 0 hours, where releasing needs its own. Checked against the
+		// end read in this transaction, which the write below replaces, so
+		// no concurrent extension slips in between.
+		if !call.extendTo.After(cur.EndsAt) {
+			return notLaterError(m, cur, call.extendTo)
 		}
 		if total := call.extendTo.Sub(cur.CreatedAt); total > maxReservation {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the new end makes reservation %s last %s: the limit is 366d", cur.ID, total.Round(time.Second)))
@@ -234,6 +242,19 @@ func ownReservation(ctx context.Context, q reservationReader, tenant, id string)
 		return store.Reservation{}, notFoundEntity(typeReservation, tenant, id)
 	}
 	return r, err
+}
+
+// notLaterError refuses an extension whose new end is not after the
+// reservation's current end. An until that asks for it is the caller's
+// mistake; a duration that comes to it was added to an end that another
+// extension has since moved (the authorizer read it before this call's
+// transaction), so trying again adds it to the new end.
+func notLaterError(m *apiv1.ExtendReservationRequest, cur store.Reservation, end time.Time) error {
+	if m.GetUntil() != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("until %s is not after the reservation's end %s: extend only moves the end later; release it to end it sooner",
+			end.UTC().Format(time.RFC3339Nano), cur.EndsAt.UTC().Format(time.RFC3339Nano)))
+	}
+	return connect.NewError(connect.CodeAborted, fmt.Errorf("reservation %s was extended to %s by another call meanwhile: try again", cur.ID, cur.EndsAt.UTC().Format(time.RFC3339Nano)))
 }
 
 // endedError is the failed_precondition for changing a reservation that

@@ -127,3 +127,73 @@ func TestReservations(t *testing.T) {
 		expect("get acme's own", f.call(get, dave, map[string]any{"id": idOf(r8)}), "ok", "")
 	})
 }
+
+// TestExtendReservationEnd: an extension only moves the end later. An
+// until at or before the current end (even in the past) or a duration that
+// is not positive is refused and the end stays; a later until sets the end,
+// and a duration is added to the current end, not counted from now.
+func TestExtendReservationEnd(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		f := newFixture(t, engine)
+		alice, id := f.tokens["acme/alice"], f.tokenIDs["acme/reservation"]
+		endOf := func() time.Time {
+			t.Helper()
+			r, err := f.store.GetReservation(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.EndsAt
+		}
+		extend := func(kv ...any) result {
+			t.Helper()
+			req := map[string]any{"id": id}
+			for i := 0; i < len(kv); i += 2 {
+				req[kv[i].(string)] = kv[i+1]
+			}
+			return f.call("/bettercompute.api.v1.ReservationService/ExtendReservation", alice, req)
+		}
+		stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+		end := endOf()
+		for _, c := range []struct {
+			what string
+			req  []any
+			msg  string
+		}{
+			{"until in the past", []any{"until", "2001-01-01T00:00:00Z"},
+				"until 2001-01-01T00:00:00Z is not after the reservation's end " + stamp(end) + ": extend only moves the end later; release it to end it sooner"},
+			{"until at the end", []any{"until", stamp(end)},
+				"until " + stamp(end) + " is not after the reservation's end " + stamp(end) + ": extend only moves the end later; release it to end it sooner"},
+			{"until before the end, still ahead", []any{"until", stamp(end.Add(-30 * time.Minute))}, "is not after the reservation's end"},
+			{"a zero duration", []any{"duration", "0s"}, "duration 0s is not positive"},
+			{"a negative duration", []any{"duration", "-3600s"}, "duration -1h0m0s is not positive"},
+		} {
+			res := extend(c.req...)
+			if res.code != "invalid_argument" || !strings.Contains(res.msg, c.msg) {
+				t.Errorf("%s: %s %q, want invalid_argument with %q", c.what, res.code, res.msg, c.msg)
+			}
+			if got := endOf(); !got.Equal(end) {
+				t.Errorf("%s: the end moved from %s to %s", c.what, end, got)
+			}
+		}
+		if e := f.lastAudit(); e.Action != "compute:reservations:extend" || e.Reason != "failed: invalid_argument" {
+			t.Errorf("last audit event %+v, want the refused extension", e)
+		}
+
+		if res := extend("duration", "3600s"); res.code != "ok" {
+			t.Fatalf("a one-hour extension: %s %q", res.code, res.msg)
+		}
+		if got, want := endOf(), end.Add(time.Hour); !got.Equal(want) {
+			t.Errorf("after a one-hour extension the end is %s, want %s: the current end plus an hour", got, want)
+		}
+		want := end.Add(3 * time.Hour)
+		if res := extend("until", stamp(want)); res.code != "ok" {
+			t.Fatalf("until three hours past the old end: %s %q", res.code, res.msg)
+		}
+		if got := endOf(); !got.Equal(want) {
+			t.Errorf("after an until the end is %s, want %s", got, want)
+		}
+	})
+}

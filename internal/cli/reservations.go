@@ -22,8 +22,8 @@ func newReservationsCommand(g *globals) *cobra.Command {
 		Short: "Reserve GPUs from pools, extend and release reservations",
 		Long: "A reservation holds GPUs of a pool, of your tenant or one offered to it, until\n" +
 			"its end time. `reservations create --pool P --gpus N --duration D` places it\n" +
-			"and names the node and GPUs it got; `extend` moves its end, `release` frees\n" +
-			"its GPUs early.",
+			"and names the node and GPUs it got; `extend` moves its end later, `release`\n" +
+			"frees its GPUs early.",
 	}
 	cmd.AddCommand(
 		newReservationsCreateCommand(g),
@@ -55,9 +55,12 @@ type endFlags struct {
 	duration, until string
 }
 
-func (e *endFlags) add(cmd *cobra.Command, what string) {
-	cmd.Flags().StringVar(&e.duration, "duration", "", "how long "+what+", from now: a Go duration or days (90m, 12h, 7d, 1d12h)")
-	cmd.Flags().StringVar(&e.until, "until", "", "when "+what+" ends: an RFC 3339 time (2030-01-02T15:04:05Z)")
+// add registers the flags; duration and until say what each means to the
+// command, since create counts a duration from now and extend adds it to the
+// current end.
+func (e *endFlags) add(cmd *cobra.Command, duration, until string) {
+	cmd.Flags().StringVar(&e.duration, "duration", "", duration+": a Go duration or days (90m, 12h, 7d, 1d12h)")
+	cmd.Flags().StringVar(&e.until, "until", "", until+": an RFC 3339 time (2030-01-02T15:04:05Z)")
 }
 
 // parse checks that exactly one of the flags is set and returns it as a
@@ -128,7 +131,7 @@ func newReservationsCreateCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&req.Model, "model", "", "a model key from the catalog, such as h100-sxm (default: any)")
 	cmd.Flags().BoolVar(&req.SameNode, "same-node", false, "take all the GPUs from one node")
 	cmd.Flags().StringVar(&req.IdempotencyKey, "idempotency-key", "", "a key that makes a retry return the same reservation")
-	end.add(cmd, "it lasts")
+	end.add(cmd, "how long it lasts, from now", "when it ends")
 	_ = cmd.RegisterFlagCompletionFunc("pool", completePools(g))
 	return cmd
 }
@@ -190,7 +193,7 @@ func newReservationsExtendCommand(g *globals) *cobra.Command {
 	var end endFlags
 	cmd := &cobra.Command{
 		Use:               "extend ID (--duration D | --until T)",
-		Short:             "Move an active reservation's end time",
+		Short:             "Move an active reservation's end later (release ends it sooner)",
 		Args:              exactArgs(1),
 		ValidArgsFunction: firstArg(completeReservations(g)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -217,7 +220,7 @@ func newReservationsExtendCommand(g *globals) *cobra.Command {
 		},
 	}
 	addTenantFlag(g, cmd, &req.Tenant)
-	end.add(cmd, "it lasts")
+	end.add(cmd, "how much later it ends: added to its current end", "its new end, after the current one")
 	return cmd
 }
 

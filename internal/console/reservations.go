@@ -123,7 +123,7 @@ func (s *server) extendReservation(w http.ResponseWriter, r *http.Request, sess 
 		}
 		return s.showReservations(w, r, sess, statusOf(err), reserveForm{GPUs: "1", Hours: "1"}, message(err))
 	}
-	s.redirect(w, r, "/reservations", fmt.Sprintf("Extended %s to end %s from now.", id, d))
+	s.redirect(w, r, "/reservations", fmt.Sprintf("Extended %s: added %s to its end.", id, d))
 	return nil
 }
 

@@ -655,14 +655,17 @@ func (x *ListReservationsResponse) GetReservations() []*Reservation {
 	return nil
 }
 
-// ExtendReservationRequest names a reservation and its new end.
+// ExtendReservationRequest names a reservation and its new end, which must
+// be later than its current one: an extension never ends a reservation
+// sooner (ReleaseReservation does, under its own permission).
 type ExtendReservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tenant; empty for the caller's own.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The reservation's id.
 	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	// The new end: this long from now, or this time; exactly one.
+	// The new end: the current end plus a duration, or a time after the
+	// current end; exactly one. Anything else is invalid_argument.
 	//
 	// Types that are valid to be assigned to End:
 	//
@@ -747,12 +750,12 @@ type isExtendReservationRequest_End interface {
 }
 
 type ExtendReservationRequest_Duration struct {
-	// How long from now it lasts.
+	// How much to add to the current end (not counted from now); positive.
 	Duration *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3,oneof"`
 }
 
 type ExtendReservationRequest_Until struct {
-	// When it ends.
+	// When it ends; after the current end.
 	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3,oneof"`
 }
 
