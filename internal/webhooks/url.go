@@ -31,10 +31,42 @@ const privateHint = "use a public endpoint, or start the server with --webhooks-
 
 // Non-public ranges that netip has no predicate for.
 var (
-	thisNetwork  = netip.MustParsePrefix("0.0.0.0/8")     // RFC 791: "this host on this network"
-	sharedSpace  = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598: carrier-grade NAT
-	benchmarking = netip.MustParsePrefix("198.18.0.0/15") // RFC 2544
+	thisNetwork  = netip.MustParsePrefix("0.0.0.0/8")      // RFC 791: "this host on this network"
+	sharedSpace  = netip.MustParsePrefix("100.64.0.0/10")  // RFC 6598: carrier-grade NAT
+	ietfProtocol = netip.MustParsePrefix("192.0.0.0/24")   // RFC 6890: IETF protocol assignments
+	benchmarking = netip.MustParsePrefix("198.18.0.0/15")  // RFC 2544
+	futureUse    = netip.MustParsePrefix("240.0.0.0/4")    // RFC 1112: reserved, and some networks route it inside
+	siteLocal    = netip.MustParsePrefix("fec0::/10")      // RFC 3879: deprecated, still private where it is used
+	nat64Local   = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215: local-use NAT64
 )
+
+// embedding is an IPv6 range whose addresses carry an IPv4 address and
+// reach it: through a NAT64 gateway, a 6to4 or Teredo relay, or a stack
+// that still speaks the deprecated forms. Such an address is as public as
+// the IPv4 address it reaches, no more, so that one is checked.
+type embedding struct {
+	name   string // with its article: "a NAT64"
+	prefix netip.Prefix
+	v4     func(b [16]byte) [4]byte
+}
+
+var embeddings = []embedding{
+	// RFC 6052: the well-known prefix is a /96 only.
+	{"a NAT64", netip.MustParsePrefix("64:ff9b::/96"), last32},
+	// RFC 4291: IPv4-compatible (::/96), deprecated; :: and ::1 are
+	// refused before this as unspecified and loopback.
+	{"an IPv4-compatible", netip.MustParsePrefix("::/96"), last32},
+	// RFC 2765: IPv4-translated, for SIIT.
+	{"an IPv4-translated", netip.MustParsePrefix("::ffff:0:0:0/96"), last32},
+	// RFC 3056: 6to4 puts the site's IPv4 address in bits 16 to 47.
+	{"a 6to4", netip.MustParsePrefix("2002::/16"), func(b [16]byte) [4]byte { return [4]byte{b[2], b[3], b[4], b[5]} }},
+	// RFC 4380: Teredo keeps the client's IPv4 address in the last 32
+	// bits, every bit inverted.
+	{"a Teredo", netip.MustParsePrefix("2001::/32"), func(b [16]byte) [4]byte { return [4]byte{^b[12], ^b[13], ^b[14], ^b[15]} }},
+}
+
+// last32 reads the IPv4 address from the last 32 bits, as the /96 forms keep it.
+func last32(b [16]byte) [4]byte { return [4]byte{b[12], b[13], b[14], b[15]} }
 
 // URLChecker checks webhook URLs and the addresses they connect to.
 type URLChecker struct {
@@ -113,37 +145,68 @@ func parseURL(raw string) (*url.URL, error) {
 }
 
 // CheckAddr refuses an address that is not public (loopback, private,
-// link-local, unspecified, multicast and the like) unless AllowPrivate.
+// link-local, unspecified, multicast and the like, or an IPv6 address that
+// reaches one of those) unless AllowPrivate.
 func (c URLChecker) CheckAddr(ip netip.Addr) error {
 	if c.AllowPrivate {
 		return nil
 	}
 	if what := nonPublic(ip.Unmap()); what != "" {
-		return fmt.Errorf("%s is a %s address, not allowed as a webhook target: %s", ip.Unmap(), what, privateHint)
+		return fmt.Errorf("%s is %s, not allowed as a webhook target: %s", ip.Unmap(), what, privateHint)
 	}
 	return nil
 }
 
-// nonPublic names what kind of non-public address ip is, or "" for a
-// public one.
+// nonPublic says what kind of non-public address ip is ("a loopback
+// address"), or "" for a public one.
 func nonPublic(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "an invalid address"
+	}
+	// A prefix never contains a zoned address: without the zone, ranges
+	// decide, whatever interface the zone names.
+	ip = ip.WithZone("")
+	if what := rangeOf(ip); what != "" {
+		return "a " + what + " address"
+	}
+	if nat64Local.Contains(ip) {
+		// Where the IPv4 address sits depends on the local prefix's
+		// length (RFC 6052 allows six), which only that network knows:
+		// no one reading of it can be trusted, and local use is private.
+		return "a local-use NAT64 address"
+	}
+	for _, e := range embeddings {
+		if !e.prefix.Contains(ip) {
+			continue
+		}
+		v4 := netip.AddrFrom4(e.v4(ip.As16()))
+		if what := rangeOf(v4); what != "" {
+			return fmt.Sprintf("%s address for %s, a %s address", e.name, v4, what)
+		}
+	}
+	return ""
+}
+
+// rangeOf names the non-public range ip is in, or "" when it is in none;
+// it does not look into addresses that carry another.
+func rangeOf(ip netip.Addr) string {
 	switch {
-	case !ip.IsValid():
-		return "invalid"
 	case ip.IsLoopback():
 		return "loopback"
 	case ip.IsPrivate():
 		return "private"
 	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
 		return "link-local"
+	case siteLocal.Contains(ip):
+		return "site-local"
 	case ip.IsUnspecified():
 		return "unspecified"
 	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
 		return "multicast"
-	case thisNetwork.Contains(ip), sharedSpace.Contains(ip), benchmarking.Contains(ip):
-		return "reserved"
 	case ip.Is4() && ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		return "broadcast"
+	case thisNetwork.Contains(ip), sharedSpace.Contains(ip), ietfProtocol.Contains(ip), benchmarking.Contains(ip), futureUse.Contains(ip):
+		return "reserved"
 	}
 	return ""
 }

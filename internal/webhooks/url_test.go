@@ -66,6 +66,37 @@ func TestCheckURL(t *testing.T) {
 		{url: "http://239.1.1.1/", wantErr: "multicast", openToo: true},
 		{url: "http://[ff02::1]/", wantErr: "link-local", openToo: true},
 		{url: "http://100.64.0.1/", wantErr: "reserved", openToo: true},
+		{url: "http://100.127.255.254/", wantErr: "reserved", openToo: true},
+		{url: "http://198.18.0.1/", wantErr: "reserved", openToo: true},
+		{url: "http://198.19.255.254/", wantErr: "reserved", openToo: true},
+		{url: "http://192.0.0.8/", wantErr: "reserved", openToo: true},
+		{url: "http://240.0.0.1/", wantErr: "reserved", openToo: true},
+		{url: "http://255.255.255.254/", wantErr: "reserved", openToo: true},
+		{url: "http://255.255.255.255/", wantErr: "broadcast", openToo: true},
+		{url: "http://[fec0::1]/", wantErr: "site-local", openToo: true},
+		{url: "http://[::ffff:169.254.169.254]/", wantErr: "169.254.169.254 is a link-local", openToo: true},
+		// IPv6 addresses that carry an IPv4 one and reach it: the IPv4
+		// address decides.
+		{url: "http://[64:ff9b::a9fe:a9fe]/", wantErr: "NAT64 address for 169.254.169.254, a link-local", openToo: true},
+		{url: "http://[64:ff9b::127.0.0.1]/", wantErr: "NAT64 address for 127.0.0.1, a loopback", openToo: true},
+		{url: "http://[64:ff9b::93.184.215.14]/", openToo: true},
+		// Where a local-use NAT64 prefix puts the IPv4 address depends on
+		// a prefix length only the local network knows: all refused.
+		{url: "http://[64:ff9b:1::a9fe:a9fe]/", wantErr: "local-use NAT64", openToo: true},
+		{url: "http://[64:ff9b:1:a9fe:a9:fe00::]/", wantErr: "local-use NAT64", openToo: true}, // 169.254.169.254 under a /48 prefix
+		{url: "http://[64:ff9b:1::5db8:d70e]/", wantErr: "local-use NAT64", openToo: true},
+		{url: "http://[64:ff9b::a9fe:a9fe%25eth0]/", wantErr: "169.254.169.254, a link-local", openToo: true},
+		{url: "http://[fec0::1%25eth0]/", wantErr: "site-local", openToo: true},
+		{url: "http://[::a9fe:a9fe]/", wantErr: "IPv4-compatible address for 169.254.169.254, a link-local", openToo: true},
+		{url: "http://[::10.0.0.1]/", wantErr: "10.0.0.1, a private", openToo: true},
+		{url: "http://[::ffff:0:a9fe:a9fe]/", wantErr: "169.254.169.254, a link-local", openToo: true},
+		{url: "http://[2002:a9fe:a9fe::1]/", wantErr: "6to4 address for 169.254.169.254, a link-local", openToo: true},
+		{url: "http://[2002:c0a8:101::1]/", wantErr: "192.168.1.1, a private", openToo: true},
+		{url: "http://[2002:5db8:d70e::1]/", openToo: true},
+		// Teredo keeps the client's address inverted in the last 32 bits.
+		{url: "http://[2001:0:4136:e378:8000:63bf:5601:5601]/", wantErr: "Teredo address for 169.254.169.254, a link-local", openToo: true},
+		{url: "http://[2001:0:4136:e378:8000:63bf:80ff:fefe]/", wantErr: "127.0.1.1, a loopback", openToo: true},
+		{url: "http://[2001:0:4136:e378:8000:63bf:a247:28f1]/", openToo: true}, // client 93.184.215.14
 		{url: "http://mixed.example.com/", wantErr: "10.1.2.3", openToo: true},
 	}
 	for _, tt := range tests {
@@ -107,6 +138,7 @@ func FuzzCheckURL(f *testing.F) {
 		"https://hooks.example.com/in", "http://127.0.0.1:1/", "http://[::ffff:10.0.0.1]/", "https://user:pw@hooks.example.com/",
 		"http://0x7f.1/", "http://2130706433/", "http://[fe80::1%25eth0]/", "//hooks.example.com", "https://hooks.example.com:65535",
 		"HTTPS://HOOKS.EXAMPLE.COM/", "http://localhost./", "javascript:alert(1)", "https://%68ooks.example.com/",
+		"http://[64:ff9b::a9fe:a9fe]/", "http://[2002:a9fe:a9fe::1]/", "http://[2001:0:4136:e378:8000:63bf:5601:5601]/", "http://[::a9fe:a9fe%25x]/",
 	} {
 		f.Add(s)
 	}
