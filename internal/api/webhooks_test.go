@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -205,6 +208,75 @@ func TestWebhookNeedsSealer(t *testing.T) {
 			t.Fatalf("webhook %s was stored with its secret plain", w.ID)
 		}
 	}
+}
+
+// TestWebhookURLCredentials: a URL with a user name or password is
+// refused and nothing is stored; a token in the query is kept, since many
+// receivers take one there, but never reaches the log or the delivery
+// log's errors.
+func TestWebhookURLCredentials(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, store.EngineSQLite)
+	const svc = "/bettercompute.api.v1.WebhookService/"
+	alice := f.tokens["acme/alice"]
+	for _, u := range []string{"https://u:hunter2@93.184.215.14/hook", "https://hunter2@93.184.215.14/hook", "https://@93.184.215.14/hook"} {
+		res := f.call(svc+"CreateWebhook", alice, map[string]any{"url": u, "events": []string{"reservation.*"}})
+		if res.code != "invalid_argument" || !strings.Contains(res.msg, "user name or password") || strings.Contains(res.msg, "hunter2") || strings.Contains(res.msg, "\n") {
+			t.Errorf("CreateWebhook(%s) = %s (%s), want invalid_argument about the user name or password, without them", u, res.code, res.msg)
+		}
+	}
+	if ws, err := f.store.ListWebhooks(t.Context(), "acme"); err != nil || len(ws) != 0 {
+		t.Fatalf("after the refusals the store holds %v, %v; want no webhook", ws, err)
+	}
+
+	var (
+		mu  sync.Mutex
+		log bytes.Buffer
+	)
+	worker := &webhooks.Worker{
+		Store: f.store, Sealer: f.authority.Sealer(), URLs: webhooks.URLChecker{AllowPrivate: true},
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil)),
+	}
+	open := withWebhooks(t, f, worker)
+	// A port nothing listens on: the client's error names the URL.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String() + "/hook"
+	_ = l.Close()
+	res := open.call(svc+"CreateWebhook", alice, map[string]any{"url": closed + "?token=hunter2", "events": []string{"policy.*"}})
+	if res.code != "ok" || res.body["webhook"].(map[string]any)["url"] != closed+"?token=hunter2" {
+		t.Fatalf("CreateWebhook(a token in the query) = %s %v, want it made as given", res.code, res.body)
+	}
+	id := res.body["webhook"].(map[string]any)["id"].(string)
+	res = open.call(svc+"TestWebhook", alice, map[string]any{"id": id})
+	if d, _ := res.body["delivery"].(map[string]any); res.code != "ok" || d["delivered"] == true || !strings.Contains(d["error"].(string), closed) || strings.Contains(d["error"].(string), "hunter2") {
+		t.Errorf("TestWebhook = %s %v, want a failed delivery naming %s without its query", res.code, res.body, closed)
+	}
+	if _, err := f.store.PutPolicy(t.Context(), store.Policy{Tenant: "acme", Name: "p1", Body: "permit(principal, action, resource);"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(log.String(), closed) || strings.Contains(log.String(), "hunter2") {
+		t.Errorf("the worker logged %q, want the failed delivery's URL without its query", log.String())
+	}
+}
+
+// lockedWriter serializes writes to a buffer the test reads.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func jsonOf(v any) string {

@@ -135,6 +135,12 @@ func parseURL(raw string) (*url.URL, error) {
 	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
 		return nil, errors.New("webhook URL has no host; give it as https://HOST/PATH")
 	}
+	if u.User != nil {
+		// The URL is shown to whoever may read the webhook and sent in
+		// every test payload: no place for a password. Not echoed here
+		// either, for the same reason.
+		return nil, errors.New("webhook URL carries a user name or password; drop it, and let the receiver check the webhook-signature header, or put a token in the URL's path or query")
+	}
 	if p := u.Port(); p != "" {
 		if n, err := netip.ParseAddrPort("0.0.0.0:" + p); err != nil || n.Port() == 0 {
 			return nil, fmt.Errorf("webhook URL port %q is not a port number from 1 to 65535", p)
@@ -223,4 +229,25 @@ func (c URLChecker) control(network, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("refused to connect: %w", err)
 	}
 	return nil
+}
+
+// logURL is raw as a log line or a delivery error may show it: scheme,
+// host and path only. The query often holds the receiver's token
+// (?token=...), which a log must not spread.
+func logURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a webhook URL that does not parse)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()
+}
+
+// redactError is err's text with the URL the HTTP client put in it cut
+// to logURL's form.
+func redactError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = logURL(ue.URL)
+	}
+	return err.Error()
 }

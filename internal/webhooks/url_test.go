@@ -52,6 +52,10 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://hooks.example.com:99999/", wantErr: "port"},
 		{url: "https://hooks.example.com/a b", wantErr: "spaces"},
 		{url: "https://nowhere.example.com/", wantErr: "does not resolve"},
+		{url: "https://user:pw@hooks.example.com/in", wantErr: "user name or password"},
+		{url: "https://user@hooks.example.com/in", wantErr: "user name or password"},
+		{url: "https://@hooks.example.com/in", wantErr: "user name or password"},
+		{url: "https://hooks.example.com/in?token=abc&x=%2F", openToo: true},
 		{url: "http://localhost:8080/", wantErr: "loopback", openToo: true},
 		{url: "http://127.0.0.1/", wantErr: "loopback", openToo: true},
 		{url: "http://[::1]/", wantErr: "loopback", openToo: true},
@@ -154,6 +158,9 @@ func FuzzCheckURL(f *testing.F) {
 		u, perr := url.Parse(got)
 		if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 			t.Fatalf("CheckURL(%q) accepted %q, which is not an http(s) URL with a host", raw, got)
+		}
+		if u.User != nil {
+			t.Fatalf("CheckURL(%q) accepted %q, which carries a user name or password", raw, got)
 		}
 		if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
 			if strict.CheckAddr(ip) != nil {

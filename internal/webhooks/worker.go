@@ -390,7 +390,7 @@ func (w *Worker) post(ctx context.Context, url string, secrets []store.WebhookSe
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, "build the request: " + err.Error()
+		return 0, "build the request: " + redactError(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "better-compute-webhooks/1")
@@ -399,7 +399,8 @@ func (w *Worker) post(ctx context.Context, url string, secrets []store.WebhookSe
 	req.Header.Set(HeaderSignature, sig)
 	res, err := w.client.Do(req)
 	if err != nil {
-		return 0, err.Error()
+		// The error names the URL; it is logged and kept in the delivery log.
+		return 0, redactError(err)
 	}
 	defer res.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // lets the connection be reused
