@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,6 +18,7 @@ import (
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
+	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/webhooks"
 )
@@ -29,6 +32,58 @@ const maxWebhooksPerTenant = 50
 type webhookService struct {
 	base
 	worker *webhooks.Worker
+
+	// kinds decides which kinds of events a webhook's creator may list,
+	// made on first use by kindAuthorizer.
+	kindsOnce sync.Once
+	kinds     *authorizer
+}
+
+// kindAuthorizer returns the authorizer that decides which kinds of events
+// the caller may list. Mount does not hand the service its own, so this
+// one loads the same directory from the same store; its decisions, at the
+// call's epoch or later, are the ones the events API makes. Webhooks are
+// made seldom, so the second copy of the directory costs little.
+func (s *webhookService) kindAuthorizer() *authorizer {
+	s.kindsOnce.Do(func() {
+		s.kinds = &authorizer{store: s.store, logger: s.logger, authz: iam.NewAuthorizer(func(ctx context.Context) (iam.Directory, error) {
+			return iam.LoadDirectory(ctx, s.store)
+		}, iam.WithLogger(s.logger))}
+	})
+	return s.kinds
+}
+
+// checkEventScope refuses patterns that reach a kind of event the caller
+// may not list in the call's tenant, as the events API decides it: the
+// worker sends every matching event to the URL, and following events must
+// never show more than listing would. The refusal is audited as a denial.
+// The check holds at creation only; docs/webhooks.md says what a later
+// loss of permission does.
+func (s *webhookService) checkEventScope(ctx context.Context, call *Call, patterns []string) error {
+	a := s.kindAuthorizer()
+	readable, err := a.readableKinds(ctx, call)
+	if err != nil {
+		return err
+	}
+	for _, p := range patterns {
+		sel, err := parseEventTypes([]string{p})
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, k := range sel.narrow(store.EventKinds) {
+			if !slices.Contains(readable, k) {
+				missing = append(missing, eventKindActions[k])
+			}
+		}
+		if len(missing) > 0 {
+			msg := fmt.Sprintf("events %q need %s on tenant %s, which you may not perform", p, strings.Join(missing, ", "), call.tenant())
+			a.audit(ctx, call, call.auditTenant(), call.Method.Authorization.GetAction(), "permission_denied: "+msg, nil)
+			call.audited = true // the denial is the call's record
+			return connect.NewError(connect.CodePermissionDenied, errors.New(msg))
+		}
+	}
+	return nil
 }
 
 var _ apiv1connect.WebhookServiceHandler = (*webhookService)(nil)
@@ -39,6 +94,9 @@ func (s *webhookService) CreateWebhook(ctx context.Context, req *connect.Request
 	patterns, err := webhooks.CheckPatterns(m.GetEvents())
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := s.checkEventScope(ctx, callFrom(ctx), patterns); err != nil {
+		return nil, err
 	}
 	// Resolved before the transaction: a slow DNS answer must not hold it.
 	url, err := s.worker.URLs.CheckURL(ctx, m.GetUrl())
