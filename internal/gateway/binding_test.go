@@ -205,3 +205,60 @@ func TestCheckClaimOrder(t *testing.T) {
 		t.Error("a claim of other GPUs passed")
 	}
 }
+
+// TestChangesElsewhere: what another control-plane process does for a node
+// connected here (it cannot Notify this gateway) reaches the node within a
+// second or so: a placement's spec, a queued command, and a revocation
+// whose transaction commits long after it was stamped.
+func TestChangesElsewhere(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, engine store.Engine) {
+		t.Parallel()
+		b := setupGateway(t, engine, gwOptions{})
+		n := b.newNode(t, "gpu-01")
+		f, _ := b.connect(t, n, nil)
+		b.seedGPUs(t, n.id, 2)
+
+		start := time.Now()
+		r := b.place(t, "r-bbbbbbbbbbbbbbbbbbbbbbbbbb", 1) // no Notify
+		if spec := f.wantSpec(); len(spec.GetAllocations()) != 1 || spec.GetAllocations()[0].GetReservationId() != r.ID {
+			t.Fatalf("NodeSpec = %v, want %s", spec, r.ID)
+		}
+		t.Logf("a placement elsewhere reached the node in %v", time.Since(start))
+
+		start = time.Now()
+		b.queue(t, n.id, "cmd-elsewhere", time.Hour) // no Notify
+		for {
+			if c := f.next().GetCommand(); c != nil {
+				if c.GetId() != "cmd-elsewhere" {
+					t.Fatalf("command %s, want cmd-elsewhere", c.GetId())
+				}
+				break
+			}
+		}
+		t.Logf("a command queued elsewhere reached the node in %v", time.Since(start))
+
+		// A revocation whose transaction stays open 1.5 s after stamping
+		// revoked_at: a sweep for recent revocations missed it for good.
+		err := b.st.InTx(t.Context(), func(ctx context.Context, q store.Querier) error {
+			if _, err := q.RevokeNode(ctx, n.id); err != nil {
+				return err
+			}
+			time.Sleep(1500 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed := time.Now()
+		for {
+			fr := f.next()
+			if c := fr.GetClose(); c != nil {
+				if c.GetReason() != agentv1.CloseReason_CLOSE_REASON_REVOKED {
+					t.Fatalf("Close %v, want REVOKED", c)
+				}
+				break
+			}
+		}
+		t.Logf("a slow revocation elsewhere closed the session %v after it committed", time.Since(committed))
+	})
+}

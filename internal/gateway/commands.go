@@ -90,7 +90,7 @@ func (g *Gateway) dispatch(ctx context.Context, s *session) error {
 	// specHeld is touched only here, and dispatches run one at a time. A
 	// generation other than the node's, newer or (after a restore of the
 	// store) older, is sent: the spec is always complete.
-	if node.SpecGeneration != s.specHeld {
+	if node.SpecGeneration != s.specHeld.Load() {
 		spec, err := g.nodeSpec(ctx, node)
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func (g *Gateway) dispatch(ctx context.Context, s *session) error {
 		if !s.send(&agentv1.Frame{Kind: &agentv1.Frame_NodeSpec{NodeSpec: spec}}) {
 			return nil
 		}
-		s.specHeld = node.SpecGeneration
+		s.specHeld.Store(node.SpecGeneration)
 	}
 
 	var stillRan map[string]struct{} // the ran ids still pending

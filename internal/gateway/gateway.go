@@ -13,9 +13,10 @@
 //
 // DESIGN.md §4 gives the reason the session is not a Connect stream.
 //
-// Revocation reaches a live session through Revoke at once when the API
-// runs in this process, and through a sweep of the store twice a second
-// (revocationLoop) when another process stored it. A command whose frame
+// Revocation, queued commands and spec changes reach a live session
+// through Revoke and Notify at once when the API runs in this process, and
+// through a comparison of the store with the sessions twice a second
+// (reconcileLoop) when another process made them. A command whose frame
 // died with its session is sent again on the node's next session
 // (PendingNodeCommands returns commands sent on an older epoch); the node
 // never runs an id twice.
@@ -262,7 +263,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	g.wg.Go(func() { g.heartbeatLoop(ctx) })
 	g.wg.Go(func() { g.livenessLoop(ctx) })
 	g.wg.Go(func() { g.expireLoop(ctx) })
-	g.wg.Go(func() { g.revocationLoop(ctx) })
+	g.wg.Go(func() { g.reconcileLoop(ctx) })
 	g.log.Info("gateway serving", "addr", g.ln.Addr().String(), "heartbeat_interval", g.interval)
 
 	stopAccept := context.AfterFunc(ctx, func() { _ = g.ln.Close() })
@@ -357,7 +358,7 @@ func (g *Gateway) handleConn(ctx context.Context, c net.Conn) {
 // refuses the node's reconnects (BeginSession), and for a minute this
 // gateway also refuses a session of the node that passed that check just
 // before the revocation was stored. A revocation stored by another process
-// is found by revocationLoop within about a second.
+// is found by reconcileLoop within about a second.
 func (g *Gateway) Revoke(nodeID string) {
 	now := time.Now()
 	g.mu.Lock()

@@ -20,9 +20,11 @@ const expireInterval = time.Second
 // unknown.
 const resultGrace = 6 * time.Minute
 
-// revocationSweep is how often the gateway looks for nodes revoked through
-// other processes; revocation must close a session within a second.
-const revocationSweep = 500 * time.Millisecond
+// reconcileInterval is how often the gateway looks in the store for what
+// other processes changed for its nodes: a revocation must close a session
+// within a second, and a command or a placement reach its node about as
+// fast.
+const reconcileInterval = 500 * time.Millisecond
 
 // heartbeatLoop is the one ticker of all sessions: each interval it sends
 // every session a heartbeat and ends the sessions silent for
@@ -158,42 +160,68 @@ func (g *Gateway) expireLoop(ctx context.Context) {
 	}
 }
 
-// revocationLoop closes, within about a second, the sessions of nodes
-// revoked through another control-plane process sharing the store (Revoke
-// handles those revoked through this one at once). Each sweep is one query
-// for the revocations since the previous sweep, by the store's clock, with
-// a second of overlap so that a revocation committed during a sweep is not
-// missed.
-func (g *Gateway) revocationLoop(ctx context.Context) {
-	t := time.NewTicker(revocationSweep)
+// reconcileLoop runs reconcile twice a second.
+func (g *Gateway) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(reconcileInterval)
 	defer t.Stop()
-	since, err := g.st.Now(ctx)
-	if err != nil {
-		g.log.Error("gateway: read the store's clock", "err", err)
-		since = time.Now()
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		now, err := g.st.Now(ctx)
-		if err != nil {
-			g.log.Error("gateway: read the store's clock", "err", err)
-			continue
-		}
-		ids, err := g.st.ListRevokedNodes(ctx, since.Add(-time.Second))
-		if err != nil {
-			g.log.Error("gateway: list revoked nodes", "err", err)
-			continue
-		}
-		since = now
-		for _, id := range ids {
-			if g.Connected(id) {
-				g.log.Info("gateway: closing the session of a node revoked elsewhere", "node", id)
-				g.Revoke(id)
-			}
+		if err := g.reconcile(ctx); err != nil && ctx.Err() == nil {
+			g.log.Error("gateway: reconcile the sessions with the store", "err", err)
 		}
 	}
+}
+
+// reconcile acts on what other control-plane processes sharing the store
+// changed for the nodes whose sessions this gateway holds: Notify and
+// Revoke reach only this process's sessions. It compares the store with
+// the sessions, not a log of changes, so nothing is missed however late a
+// change commits: a node revoked or deleted loses its session; a node
+// whose spec generation is not the one its session holds, or that has
+// commands to send, gets a dispatch. Two queries, whatever the number of
+// sessions.
+func (g *Gateway) reconcile(ctx context.Context) error {
+	g.mu.Lock()
+	ids := slices.Collect(maps.Keys(g.sessions))
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	states, err := g.st.NodeSyncStates(ctx, ids)
+	if err != nil {
+		return err
+	}
+	pending, err := g.st.NodesWithPendingCommands(ctx)
+	if err != nil {
+		return err
+	}
+	exists := make(map[string]bool, len(states))
+	for _, st := range states {
+		exists[st.ID] = true
+		s := g.session(st.ID)
+		switch {
+		case s == nil:
+		case st.State == store.NodeRevoked:
+			g.log.Info("gateway: closing the session of a node revoked elsewhere", "node", st.ID)
+			g.Revoke(st.ID)
+		case st.SpecGeneration != s.specHeld.Load():
+			s.kickDispatch()
+		}
+	}
+	for _, id := range ids {
+		if !exists[id] {
+			g.log.Info("gateway: closing the session of a node deleted elsewhere", "node", id)
+			g.Revoke(id)
+		}
+	}
+	for _, id := range pending {
+		if s := g.session(id); s != nil {
+			s.kickDispatch()
+		}
+	}
+	return nil
 }

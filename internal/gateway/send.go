@@ -40,8 +40,9 @@ type session struct {
 	// tail here.
 	ran map[string]struct{}
 	// specHeld is the spec generation the node holds or was sent; set
-	// from Hello, then touched only by the dispatch.
-	specHeld int64
+	// from Hello, then written only by the dispatch, and read by the
+	// reconcile sweep.
+	specHeld atomic.Int64
 
 	// lastHeard is when a frame was last read, in Unix nanoseconds by this
 	// process's clock (a local deadline, not a stored time).

@@ -157,7 +157,8 @@ func (g *Gateway) openSession(ctx context.Context, tc *tls.Conn, state tls.Conne
 	}
 	_ = tc.SetDeadline(time.Time{}) // from here on, the liveness loop watches the session
 
-	s := &session{g: g, conn: tc, nodeID: certNode, epoch: node.SessionEpoch, specHeld: hello.GetSpecGeneration()}
+	s := &session{g: g, conn: tc, nodeID: certNode, epoch: node.SessionEpoch}
+	s.specHeld.Store(hello.GetSpecGeneration())
 	if ids := hello.GetRecentCommandIds(); len(ids) > 0 {
 		// The journal's tail is oldest first: keep the newest.
 		ids = ids[max(0, len(ids)-maxRecentCommands):]

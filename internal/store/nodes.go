@@ -187,9 +187,11 @@ type NodeQuerier interface {
 	RenewNodeCert(ctx context.Context, id, serial string, publicKey []byte, notAfter time.Time) (Node, error)
 	// RevokeNode sets state revoked and stamps RevokedAt.
 	RevokeNode(ctx context.Context, id string) (Node, error)
-	// ListRevokedNodes returns the ids of nodes revoked at or after since, so
-	// that a gateway can close sessions revoked through another process.
-	ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error)
+	// NodeSyncStates returns, for those of ids that exist, each node's
+	// state and spec generation: what a gateway compares with the sessions
+	// it holds, to act on what other processes changed (a revocation, a
+	// placement). A node missing from the answer was deleted.
+	NodeSyncStates(ctx context.Context, ids []string) ([]NodeSync, error)
 	// DeleteNode deletes a node with its inventory and commands.
 	DeleteNode(ctx context.Context, id string) error
 	// BeginSession increments the node's session epoch, sets it ready with
@@ -241,6 +243,10 @@ type NodeQuerier interface {
 	// already finished or the result comes from an older session than the
 	// one it was sent on.
 	FinishCommand(ctx context.Context, id string, epoch int64, state CommandState, output, errText string) (NodeCommand, error)
+	// NodesWithPendingCommands returns, in order, the nodes with commands
+	// to send before their deadline: queued, or sent on a session older
+	// than the node's current one.
+	NodesWithPendingCommands(ctx context.Context) ([]string, error)
 	// ExpireCommands, by the store's clock, expires every queued command
 	// whose deadline passed, sets every sent command with no result by its
 	// deadline plus resultGrace to unknown, and returns them.
@@ -248,4 +254,14 @@ type NodeQuerier interface {
 	// FailInFlightCommands sets every sent command of the node to unknown
 	// (its journal was lost) and returns them.
 	FailInFlightCommands(ctx context.Context, nodeID string) ([]NodeCommand, error)
+}
+
+// NodeSync is what NodeSyncStates tells of one node.
+type NodeSync struct {
+	// ID is the node's id.
+	ID string
+	// State is its state; NodeRevoked ends its session.
+	State NodeState
+	// SpecGeneration is the generation of the spec it should hold.
+	SpecGeneration int64
 }

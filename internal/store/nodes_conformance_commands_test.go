@@ -293,6 +293,17 @@ func exerciseExpireAndFailCommands(ctx context.Context, t *testing.T, s *store.S
 		t.Errorf("FailInFlightCommands(missing) = %v, want none", commandIDs(got))
 	}
 
+	// Nodes with commands to send: n1's live one is queued; sent-n2 was
+	// sent on n2's epoch 1, older than n2's session now.
+	if got := fmt.Sprint(must(s.NodesWithPendingCommands(ctx))(t)); got != "[n1]" {
+		t.Errorf("NodesWithPendingCommands = %s, want [n1]", got)
+	}
+	must(s.BeginSession(ctx, "n2", "v1", "boot"))(t)
+	must(s.BeginSession(ctx, "n2", "v1", "boot"))(t)
+	if got := fmt.Sprint(must(s.NodesWithPendingCommands(ctx))(t)); got != "[n1 n2]" {
+		t.Errorf("NodesWithPendingCommands after n2's new session = %s, want [n1 n2]", got)
+	}
+
 	// A sent command with no result by its deadline plus the grace is
 	// unknown; a late result replaces that, once, and unknown does not.
 	createCommands(ctx, t, s, "n2", -time.Second, "silent")

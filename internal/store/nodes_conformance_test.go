@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestNodeConformance(t *testing.T) {
 			{"SpendJoinToken", exerciseSpendJoinToken},
 			{"SpendJoinTokenRace", exerciseSpendJoinTokenRace},
 			{"Nodes", exerciseNodes},
-			{"ListRevokedNodes", exerciseListRevokedNodes},
+			{"NodeSyncStates", exerciseNodeSyncStates},
 			{"Sessions", exerciseSessions},
 			{"Heartbeats", exerciseHeartbeats},
 			{"TouchNodesRace", exerciseTouchNodesRace},
@@ -625,21 +626,24 @@ func exerciseNodesInTx(ctx context.Context, t *testing.T, s *store.Store) {
 	wantIs(t, "GetNode(n2) after the rolled back join", err, store.ErrNotFound)
 }
 
-func exerciseListRevokedNodes(ctx context.Context, t *testing.T, s *store.Store) {
+// exerciseNodeSyncStates: each existing node of the ids asked, with its
+// state and spec generation; a missing one is left out.
+func exerciseNodeSyncStates(ctx context.Context, t *testing.T, s *store.Store) {
 	seedTenants(ctx, t, s)
 	createNodes(ctx, t, s, "acme", "n1", "n2", "n3")
-	before := must(s.Now(ctx))(t)
-	if got := must(s.ListRevokedNodes(ctx, before))(t); len(got) != 0 {
-		t.Errorf("ListRevokedNodes before any revocation = %v", got)
-	}
 	must(s.RevokeNode(ctx, "n2"))(t)
-	must(s.RevokeNode(ctx, "n1"))(t)
-	if got := fmt.Sprint(must(s.ListRevokedNodes(ctx, before))(t)); got != "[n1 n2]" {
-		t.Errorf("ListRevokedNodes(since before) = %s, want [n1 n2]", got)
+	got := must(s.NodeSyncStates(ctx, []string{"n1", "n2", "gone"}))(t)
+	slices.SortFunc(got, func(a, b store.NodeSync) int { return strings.Compare(a.ID, b.ID) })
+	n1 := must(s.GetNode(ctx, "n1"))(t)
+	want := []store.NodeSync{
+		{ID: "n1", State: n1.State, SpecGeneration: n1.SpecGeneration},
+		{ID: "n2", State: store.NodeRevoked, SpecGeneration: must(s.GetNode(ctx, "n2"))(t).SpecGeneration},
 	}
-	later := must(s.Now(ctx))(t).Add(time.Second)
-	if got := must(s.ListRevokedNodes(ctx, later))(t); len(got) != 0 {
-		t.Errorf("ListRevokedNodes(since later) = %v, want none", got)
+	if !slices.Equal(got, want) {
+		t.Errorf("NodeSyncStates = %+v, want %+v", got, want)
+	}
+	if got := must(s.NodeSyncStates(ctx, nil))(t); len(got) != 0 {
+		t.Errorf("NodeSyncStates(none) = %+v", got)
 	}
 }
 

@@ -228,12 +228,16 @@ func (p pgQuerier) RevokeNode(ctx context.Context, id string) (Node, error) {
 	return pgNodeResult(r, err, "revoke node %q", id)
 }
 
-func (p pgQuerier) ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error) {
-	ids, err := p.q.ListRevokedNodes(ctx, &since)
+func (p pgQuerier) NodeSyncStates(ctx context.Context, ids []string) ([]NodeSync, error) {
+	rows, err := p.q.NodeSyncStates(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("store: list revoked nodes: %w", err)
+		return nil, fmt.Errorf("store: read the sync states of %d nodes: %w", len(ids), err)
 	}
-	return ids, nil
+	out := make([]NodeSync, len(rows))
+	for i, r := range rows {
+		out[i] = NodeSync{ID: r.ID, State: NodeState(r.State), SpecGeneration: r.SpecGeneration}
+	}
+	return out, nil
 }
 
 func (p pgQuerier) DeleteNode(ctx context.Context, id string) error {
@@ -397,6 +401,14 @@ func (p pgQuerier) ExpireCommands(ctx context.Context, resultGrace time.Duration
 	out, err := pgCommands(rows, err, "expire commands")
 	sortCommands(out)
 	return out, err
+}
+
+func (p pgQuerier) NodesWithPendingCommands(ctx context.Context) ([]string, error) {
+	ids, err := p.q.NodesWithPendingCommands(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: list nodes with pending commands: %w", err)
+	}
+	return ids, nil
 }
 
 func (p pgQuerier) FailInFlightCommands(ctx context.Context, nodeID string) ([]NodeCommand, error) {

@@ -233,12 +233,16 @@ func (s sqliteQuerier) RevokeNode(ctx context.Context, id string) (Node, error) 
 	return sqliteNodeResult(r, err, "revoke node %q", id)
 }
 
-func (s sqliteQuerier) ListRevokedNodes(ctx context.Context, since time.Time) ([]string, error) {
-	ids, err := s.q.ListRevokedNodes(ctx, sql.NullInt64{Int64: since.UnixMicro(), Valid: true})
+func (s sqliteQuerier) NodeSyncStates(ctx context.Context, ids []string) ([]NodeSync, error) {
+	rows, err := s.q.NodeSyncStates(ctx, jsonStrings(ids))
 	if err != nil {
-		return nil, fmt.Errorf("store: list revoked nodes: %w", err)
+		return nil, fmt.Errorf("store: read the sync states of %d nodes: %w", len(ids), err)
 	}
-	return ids, nil
+	out := make([]NodeSync, len(rows))
+	for i, r := range rows {
+		out[i] = NodeSync{ID: r.ID, State: NodeState(r.State), SpecGeneration: r.SpecGeneration}
+	}
+	return out, nil
 }
 
 func (s sqliteQuerier) DeleteNode(ctx context.Context, id string) error {
@@ -412,6 +416,14 @@ func (s sqliteQuerier) ExpireCommands(ctx context.Context, resultGrace time.Dura
 	out, err := sqliteCommands(rows, err, "expire commands")
 	sortCommands(out)
 	return out, err
+}
+
+func (s sqliteQuerier) NodesWithPendingCommands(ctx context.Context) ([]string, error) {
+	ids, err := s.q.NodesWithPendingCommands(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: list nodes with pending commands: %w", err)
+	}
+	return ids, nil
 }
 
 func (s sqliteQuerier) FailInFlightCommands(ctx context.Context, nodeID string) ([]NodeCommand, error) {

@@ -317,6 +317,36 @@ func (q *Queries) MarkCommandSent(ctx context.Context, arg MarkCommandSentParams
 	return result.RowsAffected(), nil
 }
 
+const nodesWithPendingCommands = `-- name: NodesWithPendingCommands :many
+SELECT DISTINCT c.node_id FROM node_commands c JOIN nodes n ON n.id = c.node_id
+WHERE c.deadline > clock_timestamp()
+  AND (c.state = 'queued' OR (c.state = 'sent' AND c.session_epoch < n.session_epoch))
+ORDER BY c.node_id
+`
+
+// The nodes with commands to send: queued, or sent on a session older than
+// the node's current one (that frame may have died with it). A gateway
+// kicks those of them it holds, whichever process queued the command.
+func (q *Queries) NodesWithPendingCommands(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, nodesWithPendingCommands)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var node_id string
+		if err := rows.Scan(&node_id); err != nil {
+			return nil, err
+		}
+		items = append(items, node_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pendingNodeCommands = `-- name: PendingNodeCommands :many
 SELECT id, node_id, kind, args, idempotency_key, state, output, error, session_epoch, created_at, deadline, sent_at, finished_at FROM node_commands
 WHERE node_id = $1

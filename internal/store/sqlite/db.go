@@ -258,9 +258,6 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	if q.listReservationsStmt, err = db.PrepareContext(ctx, listReservations); err != nil {
 		return nil, fmt.Errorf("error preparing query ListReservations: %w", err)
 	}
-	if q.listRevokedNodesStmt, err = db.PrepareContext(ctx, listRevokedNodes); err != nil {
-		return nil, fmt.Errorf("error preparing query ListRevokedNodes: %w", err)
-	}
 	if q.listSettingsStmt, err = db.PrepareContext(ctx, listSettings); err != nil {
 		return nil, fmt.Errorf("error preparing query ListSettings: %w", err)
 	}
@@ -296,6 +293,12 @@ func Prepare(ctx context.Context, db DBTX) (*Queries, error) {
 	}
 	if q.nodeFreeDevicesStmt, err = db.PrepareContext(ctx, nodeFreeDevices); err != nil {
 		return nil, fmt.Errorf("error preparing query NodeFreeDevices: %w", err)
+	}
+	if q.nodeSyncStatesStmt, err = db.PrepareContext(ctx, nodeSyncStates); err != nil {
+		return nil, fmt.Errorf("error preparing query NodeSyncStates: %w", err)
+	}
+	if q.nodesWithPendingCommandsStmt, err = db.PrepareContext(ctx, nodesWithPendingCommands); err != nil {
+		return nil, fmt.Errorf("error preparing query NodesWithPendingCommands: %w", err)
 	}
 	if q.nowStmt, err = db.PrepareContext(ctx, now); err != nil {
 		return nil, fmt.Errorf("error preparing query Now: %w", err)
@@ -794,11 +797,6 @@ func (q *Queries) Close() error {
 			err = fmt.Errorf("error closing listReservationsStmt: %w", cerr)
 		}
 	}
-	if q.listRevokedNodesStmt != nil {
-		if cerr := q.listRevokedNodesStmt.Close(); cerr != nil {
-			err = fmt.Errorf("error closing listRevokedNodesStmt: %w", cerr)
-		}
-	}
 	if q.listSettingsStmt != nil {
 		if cerr := q.listSettingsStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing listSettingsStmt: %w", cerr)
@@ -857,6 +855,16 @@ func (q *Queries) Close() error {
 	if q.nodeFreeDevicesStmt != nil {
 		if cerr := q.nodeFreeDevicesStmt.Close(); cerr != nil {
 			err = fmt.Errorf("error closing nodeFreeDevicesStmt: %w", cerr)
+		}
+	}
+	if q.nodeSyncStatesStmt != nil {
+		if cerr := q.nodeSyncStatesStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing nodeSyncStatesStmt: %w", cerr)
+		}
+	}
+	if q.nodesWithPendingCommandsStmt != nil {
+		if cerr := q.nodesWithPendingCommandsStmt.Close(); cerr != nil {
+			err = fmt.Errorf("error closing nodesWithPendingCommandsStmt: %w", cerr)
 		}
 	}
 	if q.nowStmt != nil {
@@ -1146,7 +1154,6 @@ type Queries struct {
 	listPrincipalsStmt           *sql.Stmt
 	listReservationDevicesStmt   *sql.Stmt
 	listReservationsStmt         *sql.Stmt
-	listRevokedNodesStmt         *sql.Stmt
 	listSettingsStmt             *sql.Stmt
 	listTenantAuditEventsStmt    *sql.Stmt
 	listTenantNodesStmt          *sql.Stmt
@@ -1159,6 +1166,8 @@ type Queries struct {
 	markUnreachableStmt          *sql.Stmt
 	nodeAllocationsStmt          *sql.Stmt
 	nodeFreeDevicesStmt          *sql.Stmt
+	nodeSyncStatesStmt           *sql.Stmt
+	nodesWithPendingCommandsStmt *sql.Stmt
 	nowStmt                      *sql.Stmt
 	offerPoolStmt                *sql.Stmt
 	pendingNodeCommandsStmt      *sql.Stmt
@@ -1277,7 +1286,6 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		listPrincipalsStmt:           q.listPrincipalsStmt,
 		listReservationDevicesStmt:   q.listReservationDevicesStmt,
 		listReservationsStmt:         q.listReservationsStmt,
-		listRevokedNodesStmt:         q.listRevokedNodesStmt,
 		listSettingsStmt:             q.listSettingsStmt,
 		listTenantAuditEventsStmt:    q.listTenantAuditEventsStmt,
 		listTenantNodesStmt:          q.listTenantNodesStmt,
@@ -1290,6 +1298,8 @@ func (q *Queries) WithTx(tx *sql.Tx) *Queries {
 		markUnreachableStmt:          q.markUnreachableStmt,
 		nodeAllocationsStmt:          q.nodeAllocationsStmt,
 		nodeFreeDevicesStmt:          q.nodeFreeDevicesStmt,
+		nodeSyncStatesStmt:           q.nodeSyncStatesStmt,
+		nodesWithPendingCommandsStmt: q.nodesWithPendingCommandsStmt,
 		nowStmt:                      q.nowStmt,
 		offerPoolStmt:                q.offerPoolStmt,
 		pendingNodeCommandsStmt:      q.pendingNodeCommandsStmt,

@@ -7,7 +7,6 @@ package sqlitedb
 
 import (
 	"context"
-	"database/sql"
 )
 
 const beginSession = `-- name: BeginSession :one
@@ -242,33 +241,6 @@ func (q *Queries) ListInventorySections(ctx context.Context, nodeID string) ([]N
 	return items, nil
 }
 
-const listRevokedNodes = `-- name: ListRevokedNodes :many
-SELECT id FROM nodes WHERE revoked_at >= ?1 ORDER BY id
-`
-
-func (q *Queries) ListRevokedNodes(ctx context.Context, since sql.NullInt64) ([]string, error) {
-	rows, err := q.query(ctx, q.listRevokedNodesStmt, listRevokedNodes, since)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const listTenantNodes = `-- name: ListTenantNodes :many
 SELECT id, tenant, pool, hostname, machine_id, state, labels, bcd_version, cert_serial, cert_public_key, cert_not_after, session_epoch, boot_id, spec_generation, conditions, last_seen_at, created_at, revoked_at, cordoned, inventory_labels FROM nodes WHERE tenant = ?1 ORDER BY id
 `
@@ -336,6 +308,42 @@ func (q *Queries) MarkUnreachable(ctx context.Context, cutoff int64) ([]string, 
 			return nil, err
 		}
 		items = append(items, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeSyncStates = `-- name: NodeSyncStates :many
+SELECT id, state, spec_generation FROM nodes
+WHERE id IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
+`
+
+type NodeSyncStatesRow struct {
+	ID             string
+	State          string
+	SpecGeneration int64
+}
+
+// What a gateway compares with the sessions it holds: whether each node was
+// revoked, and which spec generation it should hold.
+func (q *Queries) NodeSyncStates(ctx context.Context, ids string) ([]NodeSyncStatesRow, error) {
+	rows, err := q.query(ctx, q.nodeSyncStatesStmt, nodeSyncStates, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeSyncStatesRow
+	for rows.Next() {
+		var i NodeSyncStatesRow
+		if err := rows.Scan(&i.ID, &i.State, &i.SpecGeneration); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

@@ -68,3 +68,12 @@ UPDATE node_commands
 SET state = 'unknown', error = 'the node lost its journal; whether it ran is unknown', finished_at = clock_timestamp()
 WHERE node_id = sqlc.arg(node_id) AND state = 'sent'
 RETURNING *;
+
+-- name: NodesWithPendingCommands :many
+-- The nodes with commands to send: queued, or sent on a session older than
+-- the node's current one (that frame may have died with it). A gateway
+-- kicks those of them it holds, whichever process queued the command.
+SELECT DISTINCT c.node_id FROM node_commands c JOIN nodes n ON n.id = c.node_id
+WHERE c.deadline > clock_timestamp()
+  AND (c.state = 'queued' OR (c.state = 'sent' AND c.session_epoch < n.session_epoch))
+ORDER BY c.node_id;

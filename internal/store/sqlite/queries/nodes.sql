@@ -73,8 +73,11 @@ SET hash = excluded.hash, content = excluded.content, updated_at = excluded.upda
 -- name: ListInventorySections :many
 SELECT * FROM node_inventory WHERE node_id = sqlc.arg(node_id) ORDER BY name;
 
--- name: ListRevokedNodes :many
-SELECT id FROM nodes WHERE revoked_at >= sqlc.arg(since) ORDER BY id;
+-- name: NodeSyncStates :many
+-- What a gateway compares with the sessions it holds: whether each node was
+-- revoked, and which spec generation it should hold.
+SELECT id, state, spec_generation FROM nodes
+WHERE id IN (SELECT value FROM json_each(CAST(sqlc.arg(ids) AS TEXT)));
 
 -- name: SetNodeLabels :one
 UPDATE nodes SET labels = sqlc.arg(labels) WHERE id = sqlc.arg(id)

@@ -69,3 +69,12 @@ SET state = 'unknown', error = 'the node lost its journal; whether it ran is unk
     finished_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE node_id = sqlc.arg(node_id) AND state = 'sent'
 RETURNING *;
+
+-- name: NodesWithPendingCommands :many
+-- The nodes with commands to send: queued, or sent on a session older than
+-- the node's current one (that frame may have died with it). A gateway
+-- kicks those of them it holds, whichever process queued the command.
+SELECT DISTINCT c.node_id FROM node_commands c JOIN nodes n ON n.id = c.node_id
+WHERE c.deadline > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+  AND (c.state = 'queued' OR (c.state = 'sent' AND c.session_epoch < n.session_epoch))
+ORDER BY c.node_id;
