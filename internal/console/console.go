@@ -57,6 +57,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Secure marks the session cookie Secure: set it when served over TLS.
 	Secure bool
+	// CSRFKey signs the sign-in nonce and the forms' tokens. Every process
+	// serving the console over one store must have the same key (serve
+	// derives it from the deployment's key file), so that a form one
+	// renders, another accepts; nil makes a random key of this process's.
+	CSRFKey []byte
 }
 
 // server holds the console's state: none per user.
@@ -64,7 +69,7 @@ type server struct {
 	api     http.Handler
 	logger  *slog.Logger
 	secure  bool
-	csrfKey []byte // per process: a restart invalidates open forms, not sessions
+	csrfKey []byte // Config.CSRFKey, or this process's own
 	pages   map[string]*pageTemplate
 }
 
@@ -75,12 +80,15 @@ func Mount(mux *http.ServeMux, cfg Config) (err error) {
 	if cfg.API == nil {
 		return errors.New("console: no API handler to call")
 	}
-	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: make([]byte, 32)}
+	s := &server{api: cfg.API, logger: cfg.Logger, secure: cfg.Secure, csrfKey: cfg.CSRFKey}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
-	if _, err := rand.Read(s.csrfKey); err != nil {
-		return fmt.Errorf("console: CSRF key: %w", err)
+	if len(s.csrfKey) == 0 {
+		s.csrfKey = make([]byte, 32)
+		if _, err := rand.Read(s.csrfKey); err != nil {
+			return fmt.Errorf("console: CSRF key: %w", err)
+		}
 	}
 	if s.pages, err = parsePages(); err != nil {
 		return err

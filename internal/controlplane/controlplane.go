@@ -243,7 +243,9 @@ func Run(ctx context.Context, cfg Config) error {
 	mountProbes(mux, st, reg)
 	// The console calls the API in process, through the same mux and so the
 	// same authentication, authorization and audit as any client.
-	if err := console.Mount(mux, console.Config{API: mux, Logger: logger, Secure: tlsConfig != nil}); err != nil {
+	// Its CSRF key comes from the key file, which every process sharing the
+	// store shares: a form rendered by one is accepted by another.
+	if err := console.Mount(mux, console.Config{API: mux, Logger: logger, Secure: tlsConfig != nil, CSRFKey: authority.Sealer().DeriveKey("console csrf v1")}); err != nil {
 		return err
 	}
 

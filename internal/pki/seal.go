@@ -3,7 +3,9 @@ package pki
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,6 +33,7 @@ const sealVersion = 1
 // It is safe for concurrent use.
 type Sealer struct {
 	aead cipher.AEAD
+	key  []byte // the key file's key, for DeriveKey
 	path string // the key file, for error messages
 }
 
@@ -57,7 +60,19 @@ func loadKeyFile(path string) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: key file %s: %w", path, err)
 	}
-	return &Sealer{aead: aead, path: path}, nil
+	return &Sealer{aead: aead, key: key, path: path}, nil
+}
+
+// DeriveKey returns a 32-byte key for purpose, derived from the key file's
+// key (HKDF-SHA256): the same in every process that loads the same key
+// file, and useless for opening what the Sealer sealed. Each purpose names
+// its use and version, such as "console csrf v1".
+func (s *Sealer) DeriveKey(purpose string) []byte {
+	k, err := hkdf.Key(sha256.New, s.key, nil, "bettercompute "+purpose, 32)
+	if err != nil {
+		panic("pki: derive key: " + err.Error()) // only for a length HKDF cannot give
+	}
+	return k
 }
 
 // readKeyFile reads and checks an existing key file; fs.ErrNotExist when

@@ -187,3 +187,32 @@ func TestAuthoritySealer(t *testing.T) {
 		t.Fatal("a nil Authority has a sealer")
 	}
 }
+
+// TestDeriveKey: one key file gives one key per purpose in every process
+// that loads it; another purpose or another key file gives another key.
+func TestDeriveKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := loadKeyFile(filepath.Join(dir, "a.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := loadKeyFile(filepath.Join(dir, "a.key")) // another process, the same file
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := loadKeyFile(filepath.Join(dir, "b.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := a.DeriveKey("console csrf v1")
+	if len(k) != 32 || !bytes.Equal(k, again.DeriveKey("console csrf v1")) {
+		t.Fatalf("the same file and purpose gave %x and %x", k, again.DeriveKey("console csrf v1"))
+	}
+	if bytes.Equal(k, a.DeriveKey("console csrf v2")) || bytes.Equal(k, other.DeriveKey("console csrf v1")) {
+		t.Error("another purpose or key file gave the same key")
+	}
+	if bytes.Equal(k, a.key) {
+		t.Error("the derived key is the key file's key")
+	}
+}
