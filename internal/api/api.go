@@ -89,7 +89,7 @@ func Mount(mux *http.ServeMux, cfg Config) error {
 	if hooks == nil {
 		hooks = &webhooks.Worker{Store: cfg.Store, Logger: cfg.Logger, Sealer: cfg.Nodes.Authority.Sealer()}
 	}
-	mux.Handle(apiv1connect.NewWebhookServiceHandler(&webhookService{base: b, worker: hooks}, opts))
+	mux.Handle(apiv1connect.NewWebhookServiceHandler(&webhookService{base: b, worker: hooks, authz: admit}, opts))
 	ev := &eventService{base: b, authz: admit, hub: cfg.Events}
 	mux.Handle(apiv1connect.NewEventServiceHandler(ev, opts))
 	if cfg.Events != nil {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,7 +17,6 @@ import (
 
 	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 	"github.com/better-compute/better-compute/gen/bettercompute/api/v1/apiv1connect"
-	"github.com/better-compute/better-compute/internal/iam"
 	"github.com/better-compute/better-compute/internal/store"
 	"github.com/better-compute/better-compute/internal/webhooks"
 )
@@ -32,25 +30,9 @@ const maxWebhooksPerTenant = 50
 type webhookService struct {
 	base
 	worker *webhooks.Worker
-
-	// kinds decides which kinds of events a webhook's creator may list,
-	// made on first use by kindAuthorizer.
-	kindsOnce sync.Once
-	kinds     *authorizer
-}
-
-// kindAuthorizer returns the authorizer that decides which kinds of events
-// the caller may list. Mount does not hand the service its own, so this
-// one loads the same directory from the same store; its decisions, at the
-// call's epoch or later, are the ones the events API makes. Webhooks are
-// made seldom, so the second copy of the directory costs little.
-func (s *webhookService) kindAuthorizer() *authorizer {
-	s.kindsOnce.Do(func() {
-		s.kinds = &authorizer{store: s.store, logger: s.logger, authz: iam.NewAuthorizer(func(ctx context.Context) (iam.Directory, error) {
-			return iam.LoadDirectory(ctx, s.store)
-		}, iam.WithLogger(s.logger))}
-	})
-	return s.kinds
+	// authz is the API's authorizer, which also decides which kinds of
+	// events a webhook's creator may list, as the events API does.
+	authz *authorizer
 }
 
 // checkEventScope refuses patterns that reach a kind of event the caller
@@ -60,8 +42,7 @@ func (s *webhookService) kindAuthorizer() *authorizer {
 // The check holds at creation only; docs/webhooks.md says what a later
 // loss of permission does.
 func (s *webhookService) checkEventScope(ctx context.Context, call *Call, patterns []string) error {
-	a := s.kindAuthorizer()
-	readable, err := a.readableKinds(ctx, call)
+	readable, err := s.authz.readableKinds(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -78,7 +59,7 @@ func (s *webhookService) checkEventScope(ctx context.Context, call *Call, patter
 		}
 		if len(missing) > 0 {
 			msg := fmt.Sprintf("events %q need %s on tenant %s, which you may not perform", p, strings.Join(missing, ", "), call.tenant())
-			a.audit(ctx, call, call.auditTenant(), call.Method.Authorization.GetAction(), "permission_denied: "+msg, nil)
+			s.authz.audit(ctx, call, call.auditTenant(), call.Method.Authorization.GetAction(), "permission_denied: "+msg, nil)
 			call.audited = true // the denial is the call's record
 			return connect.NewError(connect.CodePermissionDenied, errors.New(msg))
 		}
