@@ -58,8 +58,9 @@ func newServeCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane",
-		Long: "serve runs the control plane: the API, and (as they land) the node gateway,\n" +
-			"the workers and the console. It migrates the store on start.",
+		Long: "serve runs the control plane: the API, the node gateway, the console and the\n" +
+			"workers (reservation expiry, usage metering, webhook delivery). It migrates the\n" +
+			"store on start.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd.ErrOrStderr())

@@ -18,7 +18,7 @@ import (
 // turns a typo such as --ttl 90 into a usage error before anything is sent.
 const (
 	minTokenTTL = time.Minute
-	maxTokenTTL = 365 * 24 * time.Hour
+	maxTokenTTL = 366 * 24 * time.Hour
 )
 
 func newTokensCommand(g *globals) *cobra.Command {
@@ -59,7 +59,7 @@ func newTokensCreateCommand(g *globals) *cobra.Command {
 				return usageErrorf("--ttl %v: use a number of days (90d) or a Go duration (12h, 30m)", err)
 			}
 			if d < minTokenTTL || d > maxTokenTTL {
-				return usageErrorf("--ttl %s is out of range: a token lives at least 1m and at most 365d", ttl)
+				return usageErrorf("--ttl %s is out of range: a token lives at least 1m and at most 366d", ttl)
 			}
 			req.Ttl = durationpb.New(d)
 			c, err := g.client()
@@ -80,7 +80,7 @@ func newTokensCreateCommand(g *globals) *cobra.Command {
 	}
 	addTenantFlag(g, cmd, &req.Tenant)
 	cmd.Flags().StringVar(&req.Principal, "principal", "", "the user or service account the token acts as (required)")
-	cmd.Flags().StringVar(&ttl, "ttl", "", "how long the token lives, 1m to 365d: a number of days (90d) or a Go duration (12h) (required)")
+	cmd.Flags().StringVar(&ttl, "ttl", "", "how long the token lives, 1m to 366d: a number of days (90d) or a Go duration (12h) (required)")
 	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
 	_ = cmd.RegisterFlagCompletionFunc("principal", completePrincipals(g))
 	_ = cmd.RegisterFlagCompletionFunc("ttl", cobra.FixedCompletions([]string{"1h", "12h", "7d", "30d", "90d", "365d"}, cobra.ShellCompDirectiveNoFileComp))

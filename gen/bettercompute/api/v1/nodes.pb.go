@@ -99,7 +99,10 @@ const (
 	NodeCommandState_NODE_COMMAND_STATE_FAILED NodeCommandState = 4
 	// Its deadline passed before it ran.
 	NodeCommandState_NODE_COMMAND_STATE_EXPIRED NodeCommandState = 5
-	// The node lost its journal; whether it ran is unknown.
+	// Whether it ran is unknown: the node lost its journal or stopped while
+	// running it, or sent no result by six minutes past the deadline. The
+	// only final state that can still change: a result the node sends later
+	// replaces it.
 	NodeCommandState_NODE_COMMAND_STATE_UNKNOWN NodeCommandState = 6
 )
 
@@ -362,7 +365,9 @@ type NodeCommand struct {
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// When it was queued.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// After this, a command not yet started fails expired.
+	// After this, a command not yet sent fails expired, and the node refuses
+	// to start it. A sent command with no result six minutes after it
+	// becomes unknown.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// When it finished.
 	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
