@@ -18,7 +18,9 @@ type auditData struct {
 	Hours                       string
 	AllTenants, Platform        bool
 	Events                      []*apiv1.AuditEvent
-	// Next is the query of the next page, empty on the last.
+	// Next is the address of the next page, empty on the last. It is the
+	// whole href, so that html/template normalizes it as a URL instead of
+	// escaping its = and & as one query value.
 	Next string
 }
 
@@ -52,7 +54,7 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, sess *session) er
 			nq[k] = v
 		}
 		nq.Set("page", next)
-		d.Next = nq.Encode()
+		d.Next = "/audit?" + nq.Encode()
 	}
 	s.render(w, r, sess, http.StatusOK, "audit", "Audit log", d)
 	return nil

@@ -55,7 +55,8 @@ type Config struct {
 	API http.Handler
 	// Logger receives failures the console cannot show; nil discards them.
 	Logger *slog.Logger
-	// Secure marks the session cookie Secure: set it when served over TLS.
+	// Secure marks the session cookie Secure: set it when the browser reaches
+	// the console over HTTPS (served with TLS, or behind a TLS proxy).
 	Secure bool
 	// CSRFKey signs the sign-in nonce and the forms' tokens. Every process
 	// serving the console over one store must have the same key (serve

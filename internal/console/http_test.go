@@ -1,12 +1,17 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+
+	"connectrpc.com/connect"
+
+	apiv1 "github.com/better-compute/better-compute/gen/bettercompute/api/v1"
 )
 
 // TestSessionHTTP checks, without a browser, what a browser relies on: the
@@ -164,4 +169,33 @@ func sessionSet(res *http.Response) bool {
 		}
 	}
 	return false
+}
+
+// TestPageLinks: links that carry a page's filters keep them: html/template
+// escapes a value placed inside a URL's query as one opaque value (days=90
+// became days%3d90, and the CSV export fell back to 7 days), so such links
+// are built whole in Go.
+func TestPageLinks(t *testing.T) {
+	st := startStack(t)
+	w := signedIn(t, st, st.admin)
+	_, body := w.get("/usage?days=90&all=on")
+	if !strings.Contains(body, `href="/usage.csv?all=on&amp;days=90"`) {
+		t.Errorf("the usage page's CSV link does not carry its filters:\n%s", regexp.MustCompile(`<a [^>]*usage-csv[^>]*>`).FindString(body))
+	}
+	res, csv := w.get("/usage.csv?all=on&days=90")
+	if res.StatusCode != http.StatusOK || !strings.Contains(res.Header.Get("Content-Disposition"), "90d") {
+		t.Errorf("the CSV for 90 days: %d, %q (%d bytes)", res.StatusCode, res.Header.Get("Content-Disposition"), len(csv))
+	}
+	// Over 100 audit events, so that the audit page has an older page.
+	for i := range 101 {
+		req := connect.NewRequest(&apiv1.CreateGroupRequest{Tenant: "demo", Name: fmt.Sprintf("links-%03d", i)})
+		if _, err := st.api.Groups.CreateGroup(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body = w.get("/audit?hours=1&all=on")
+	link := regexp.MustCompile(`<a href="([^"]*)" id="audit-older">`).FindStringSubmatch(body)
+	if link == nil || !strings.Contains(link[1], "hours=1") || !strings.Contains(link[1], "page=") || strings.Contains(link[1], "%3d") {
+		t.Errorf("the audit page's older-events link = %v, want /audit?hours=1&page=...", link)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -24,8 +25,9 @@ type usageData struct {
 	Total      string
 	Chart      barChart
 	Legend     []series
-	// Query repeats the filters for the CSV link.
-	Query string
+	// CSV is the CSV link's address, with the page's filters: the whole
+	// href, so that html/template keeps its = and &.
+	CSV string
 }
 
 // usageRow is one day's GPU-hours of one tenant and model.
@@ -53,7 +55,11 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, sess *session) er
 	if err != nil {
 		return err
 	}
-	d := usageData{Days: days, AllTenants: all, Platform: sess.platform, Query: r.URL.RawQuery}
+	q := url.Values{"days": {strconv.Itoa(days)}}
+	if all {
+		q.Set("all", "on")
+	}
+	d := usageData{Days: days, AllTenants: all, Platform: sess.platform, CSV: "/usage.csv?" + q.Encode()}
 	type key struct{ day, tenant, model string }
 	sums := map[key]int64{}
 	seriesIdx := map[string]int{}

@@ -228,7 +228,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mux := http.NewServeMux()
 	nodes := api.NodeAccess{Authority: authority, GatewayURL: "https://" + gwAddrs[0]}
-	apiURL := scheme(tlsConfig) + "://" + ln.Addr().String()
+	// What a node fetches bcd from: a wildcard bound address becomes this
+	// host's name, as the gateway's does.
+	apiURL := scheme(tlsConfig) + "://" + advertised(ln.Addr().String())
 	if bcd != nil {
 		bcd.mount(mux)
 		nodes.DownloadURL, nodes.BcdSHA256 = apiURL+"/downloads/"+bcd.name, bcd.sha256
@@ -244,8 +246,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// The console calls the API in process, through the same mux and so the
 	// same authentication, authorization and audit as any client.
 	// Its CSRF key comes from the key file, which every process sharing the
-	// store shares: a form rendered by one is accepted by another.
-	if err := console.Mount(mux, console.Config{API: mux, Logger: logger, Secure: tlsConfig != nil, CSRFKey: authority.Sealer().DeriveKey("console csrf v1")}); err != nil {
+	// store shares: a form rendered by one is accepted by another. Its
+	// session cookie, which holds the user's token, is Secure unless this
+	// is a loopback address: plaintext anywhere else is allowed only behind
+	// a TLS proxy, where the browser speaks HTTPS.
+	secure := tlsConfig != nil || !isLoopback(addr)
+	if err := console.Mount(mux, console.Config{API: mux, Logger: logger, Secure: secure, CSRFKey: authority.Sealer().DeriveKey("console csrf v1")}); err != nil {
 		return err
 	}
 

@@ -15,8 +15,10 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -372,5 +374,53 @@ func TestDebugListen(t *testing.T) {
 	body, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
 		t.Errorf("GET /debug/pprof/goroutine: %s\n%.200s", res.Status, body)
+	}
+}
+
+// TestConsoleCookieBehindProxy: served in plaintext on a non-loopback
+// address (allowed only behind a TLS proxy, so the browser speaks HTTPS),
+// the console's session cookie, which holds the user's token, is Secure:
+// the browser never sends it over plain HTTP.
+func TestConsoleCookieBehindProxy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := start(t, controlplane.Config{
+		StoreURL: "sqlite:" + filepath.Join(dir, "bc.db"), DataDir: filepath.Join(dir, "data"),
+		Listen: "0.0.0.0:0", AllowPlaintext: true,
+	})
+	u, err := url.Parse(s.ready.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://127.0.0.1:" + u.Port()
+	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := hc.Get(base + "/sign-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindSubmatch(body)
+	if m == nil || len(res.Cookies()) == 0 {
+		t.Fatalf("the sign-in form: %d, cookies %v", res.StatusCode, res.Cookies())
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/sign-in", strings.NewReader(url.Values{"token": {adminToken(t, s.ready)}, "csrf": {string(m[1])}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range res.Cookies() { // sent by hand: a jar keeps Secure cookies off plain HTTP
+		req.AddCookie(c)
+	}
+	res, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var session *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "bc_session" {
+			session = c
+		}
+	}
+	if res.StatusCode != http.StatusSeeOther || session == nil || !session.Secure || !session.HttpOnly {
+		t.Errorf("signing in: %d, session cookie %v; want a Secure, HttpOnly cookie", res.StatusCode, session)
 	}
 }
