@@ -55,19 +55,32 @@ func stderrLogger(cmd *cobra.Command) *slog.Logger {
 	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
+// joinTokenEnv holds the join token for bcd join: a process's environment
+// is readable only by its user, its arguments by everyone on the host.
+const joinTokenEnv = "BCD_JOIN_TOKEN"
+
 func joinCommand() *cobra.Command {
 	var (
 		cfg    JoinConfig
 		fakehw string
 	)
 	cmd := &cobra.Command{
-		Use:   "join --server URL --token T",
+		Use:   "join --server URL",
 		Short: "Join this host to the control plane with a join token",
 		Long: "join checks the server against the CA pinned in the token before it sends\n" +
 			"anything, then obtains the node's certificate and writes it, its key, the CA\n" +
-			"bundle and the gateway addresses into the data dir.",
-		Args: cobra.NoArgs,
+			"bundle and the gateway addresses into the data dir.\n\n" +
+			"The token comes from " + joinTokenEnv + ", which other users of the host\n" +
+			"cannot read, or from --token, which they can (in the process list).",
+		Example: "  " + joinTokenEnv + "=bcj_... bcd join --server https://cp.example.com:7443",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv(joinTokenEnv)
+			}
+			if cfg.Token == "" {
+				return fmt.Errorf("no join token: set %s (or pass --token)", joinTokenEnv)
+			}
 			if fakehw != "" {
 				// The same description bcd node will run with, so the host
 				// facts sent at join (host name, machine id) match it.
@@ -90,11 +103,10 @@ func joinCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Server, "server", "", "the gateway's URL, https://host:port")
-	cmd.Flags().StringVar(&cfg.Token, "token", "", "the join token (bcj_...)")
+	cmd.Flags().StringVar(&cfg.Token, "token", "", "the join token (bcj_...); "+joinTokenEnv+" keeps it out of the process list")
 	cmd.Flags().StringVar(&fakehw, "fakehw", "", "the fakehw description (YAML) bcd node will run with")
 	dataDirFlag(cmd, &cfg.DataDir)
 	_ = cmd.MarkFlagRequired("server")
-	_ = cmd.MarkFlagRequired("token")
 	return cmd
 }
 

@@ -13,8 +13,8 @@ func TestCommandLine(t *testing.T) {
 		args []string
 		want string // in the error
 	}{
-		"node before join":   {[]string{"node", "--data-dir", dir}, "holds no node identity: run 'bcd join"},
-		"join without token": {[]string{"join", "--server", "https://gw:7443", "--data-dir", dir}, `required flag(s) "token" not set`},
+		"node before join":   {[]string{"node", "--data-dir", dir}, "holds no node identity: run 'BCD_JOIN_TOKEN=T bcd join"},
+		"join without token": {[]string{"join", "--server", "https://gw:7443", "--data-dir", dir}, "no join token: set BCD_JOIN_TOKEN (or pass --token)"},
 		"join bad server":    {[]string{"join", "--server", "gw:7443", "--token", "x", "--data-dir", dir}, "want https://host:port"},
 		"join bad token":     {[]string{"join", "--server", "https://gw:7443", "--token", "bcj_nope", "--data-dir", dir}, "malformed join token"},
 		"status bad format":  {[]string{"status", "--data-dir", dir, "-o", "yaml"}, "want table or json"},
@@ -34,5 +34,17 @@ func TestCommandLine(t *testing.T) {
 	var out bytes.Buffer
 	if err := Execute(t.Context(), []string{"version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "bcd ") {
 		t.Errorf("version: %q, %v", out.String(), err)
+	}
+}
+
+// TestJoinTokenFromEnv: bcd join reads the token from BCD_JOIN_TOKEN, where
+// the process list does not show it (here a malformed one, refused as such,
+// which shows it was read).
+func TestJoinTokenFromEnv(t *testing.T) {
+	t.Setenv("BCD_JOIN_TOKEN", "bcj_nope")
+	var out bytes.Buffer
+	err := Execute(t.Context(), []string{"join", "--server", "https://gw:7443", "--data-dir", t.TempDir()}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "malformed join token") {
+		t.Errorf("bcd join with BCD_JOIN_TOKEN set: %v, want the token read and refused as malformed", err)
 	}
 }

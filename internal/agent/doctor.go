@@ -70,7 +70,7 @@ func (d *doctor) run(ctx context.Context, w io.Writer) error {
 
 // checkIdentity checks the key's mode and the certificate's validity.
 func (d *doctor) checkIdentity() (*identity, []checkResult) {
-	rejoin := fmt.Sprintf("remove %s and run 'bcd join --server URL --token T --data-dir %s'", d.dataDir, d.dataDir)
+	rejoin := fmt.Sprintf("remove %s and run 'BCD_JOIN_TOKEN=T bcd join --server URL --data-dir %s'", d.dataDir, d.dataDir)
 	id, err := loadIdentity(d.dataDir, nil)
 	if err != nil {
 		return nil, []checkResult{{"identity", checkFail, err.Error(), rejoin}}

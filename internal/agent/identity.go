@@ -61,7 +61,7 @@ type identity struct {
 
 // notJoinedError says a data dir holds no identity.
 func notJoinedError(dir string) error {
-	return fmt.Errorf("%s holds no node identity: run 'bcd join --server URL --token T --data-dir %s' first", dir, dir)
+	return fmt.Errorf("%s holds no node identity: run 'BCD_JOIN_TOKEN=T bcd join --server URL --data-dir %s' first", dir, dir)
 }
 
 // readConfig reads config.json; a missing file is fs.ErrNotExist.

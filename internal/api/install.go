@@ -68,7 +68,9 @@ RestartSec=2
 WantedBy=multi-user.target
 UNIT
 
-"$ROOT/usr/local/bin/bcd" join --server "$GATEWAY" --token "$TOKEN" --data-dir "$ROOT/var/lib/bcd"
+# The token goes in the environment, which only root can read, not on the
+# command line, which every user of the host can.
+BCD_JOIN_TOKEN="$TOKEN" "$ROOT/usr/local/bin/bcd" join --server "$GATEWAY" --data-dir "$ROOT/var/lib/bcd"
 
 if [ "$START" = 1 ]; then
 	systemctl daemon-reload

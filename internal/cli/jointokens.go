@@ -24,7 +24,7 @@ func newJoinTokensCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "join-tokens",
 		Short: "Create, list and revoke the tokens servers join with",
-		Long: "A join token lets servers join as nodes: bcd join --server URL --token T.\n" +
+		Long: "A join token lets servers join as nodes: BCD_JOIN_TOKEN=T bcd join --server URL.\n" +
 			"It is sealed: it carries the pin of this deployment's serving CA, so bcd\n" +
 			"checks the server before it sends anything. It has a number of uses and\n" +
 			"an expiry, both enforced atomically.",
@@ -76,7 +76,7 @@ func newJoinTokensCreateCommand(g *globals) *cobra.Command {
 				joinTokenTable(res.Msg.GetJoinToken())(w)
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "The token is shown only this once. On each server, run:")
-				fmt.Fprintf(w, "  bcd join --server %s --token %s\n", res.Msg.GetGatewayUrl(), res.Msg.GetSecret())
+				fmt.Fprintf(w, "  BCD_JOIN_TOKEN=%s bcd join --server %s\n", res.Msg.GetSecret(), res.Msg.GetGatewayUrl())
 				fmt.Fprintln(w, "or print an install script: better-compute nodes install-script --token TOKEN")
 			})
 		},

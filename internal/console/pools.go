@@ -81,7 +81,9 @@ func (s *server) createJoinToken(w http.ResponseWriter, r *http.Request, sess *s
 	// The secret is shown only now, in this answer: never in a redirect's
 	// cookie or URL.
 	c := &createdToken{ID: res.Msg.GetJoinToken().GetId(), Secret: res.Msg.GetSecret()}
-	c.Command = "bcd join --server " + res.Msg.GetGatewayUrl() + " --token " + c.Secret
+	// In the environment, not an argument, which other users of the host
+	// could read in the process list while bcd joins.
+	c.Command = "BCD_JOIN_TOKEN=" + c.Secret + " bcd join --server " + res.Msg.GetGatewayUrl()
 	return s.showPools(w, r, sess, http.StatusOK, c, "")
 }
 

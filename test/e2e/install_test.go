@@ -24,7 +24,11 @@ func TestInstallScript(t *testing.T) {
 	}
 	f := newFleet(t, store.EngineSQLite)
 	script := filepath.Join(f.admin.home, "install.sh")
-	if err := os.WriteFile(script, []byte(f.cli("nodes", "install-script", "--token", f.joinToken(1))), 0o700); err != nil {
+	text := f.cli("nodes", "install-script", "--token", f.joinToken(1))
+	if strings.Contains(text, "--token") {
+		t.Error("the install script passes the join token as an argument, which every user of the host can read in the process list")
+	}
+	if err := os.WriteFile(script, []byte(text), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(f.admin.home, "root")
